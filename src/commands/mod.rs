@@ -1,0 +1,168 @@
+//! The Redis glue: registration, argument access, key access, replies and error mapping.
+//!
+//! Commands are registered through the raw API rather than the crate's table so that a call
+//! reads its arguments as byte slices without copying or retaining them, and so that each body
+//! runs under `catch_unwind`.
+
+pub mod admit;
+pub mod docs;
+mod key;
+mod reply;
+pub mod setstate;
+
+use std::ffi::{c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::raw;
+use smallvec::SmallVec;
+
+use crate::core::error::Error;
+
+pub use key::Key;
+pub use reply::Reply;
+
+/// Why a command did not run.
+#[derive(Debug)]
+pub enum CmdError {
+    Core(Error),
+    WrongType,
+}
+
+impl From<Error> for CmdError {
+    fn from(e: Error) -> Self {
+        CmdError::Core(e)
+    }
+}
+
+/// One command invocation: the context and its arguments, both as Redis strings (to open keys
+/// and replicate) and as bytes (to parse).
+pub struct Call<'a> {
+    pub ctx: *mut raw::RedisModuleCtx,
+    pub argv: &'a [*mut raw::RedisModuleString],
+    pub args: SmallVec<[&'a [u8]; 16]>,
+}
+
+impl Call<'_> {
+    /// The raw Redis string of argument `i` (0 is the command name).
+    pub fn raw_arg(&self, i: usize) -> *mut raw::RedisModuleString {
+        self.argv.get(i).copied().unwrap_or(std::ptr::null_mut())
+    }
+
+    pub fn reply(&self) -> Reply {
+        Reply::new(self.ctx)
+    }
+}
+
+pub type Body = fn(&Call<'_>) -> Result<(), CmdError>;
+
+/// Runs `body` for one call: builds the argument view, catches panics, replies errors.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must be the values Redis passed to a command callback.
+pub unsafe fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    body: Body,
+) -> c_int {
+    let argv: &[*mut raw::RedisModuleString] = match usize::try_from(argc) {
+        Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv, n),
+        _ => &[],
+    };
+    let args = argv.iter().map(|&s| bytes_of(s)).collect();
+    let call = Call { ctx, argv, args };
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(&call)));
+    let reply = call.reply();
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(CmdError::Core(e))) => reply.error(&e.to_string()),
+        Ok(Err(CmdError::WrongType)) => {
+            reply.error("WRONGTYPE Operation against a key holding the wrong kind of value")
+        }
+        Err(_) => reply.error("ERR internal error in redis-rl; the request changed nothing"),
+    }
+    raw::Status::Ok as c_int
+}
+
+/// The bytes of a Redis string, borrowed for the duration of the call.
+fn bytes_of<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0;
+    let ptr = raw::string_ptr_len(s, &mut len);
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis keeps argv strings alive for the whole command call.
+    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
+}
+
+/// A command as registered: name, callback, flags and its legacy key range.
+pub struct Command {
+    pub name: &'static CStr,
+    pub callback: unsafe extern "C" fn(
+        *mut raw::RedisModuleCtx,
+        *mut *mut raw::RedisModuleString,
+        c_int,
+    ) -> c_int,
+    pub flags: &'static CStr,
+    pub first_key: c_int,
+    pub last_key: c_int,
+    pub key_step: c_int,
+}
+
+macro_rules! callback {
+    ($name:ident, $body:path) => {
+        unsafe extern "C" fn $name(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, $body)
+        }
+    };
+}
+
+callback!(admit_callback, admit::run);
+callback!(setstate_callback, setstate::run);
+
+pub static COMMANDS: [Command; 2] = [
+    Command {
+        name: c"RL.ADMIT",
+        callback: admit_callback,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    Command {
+        name: c"RL.SETSTATE",
+        callback: setstate_callback,
+        flags: c"write deny-oom",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+];
+
+/// Registers every command, then its documentation where the server supports it.
+pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: reading an API pointer Redis filled in before OnLoad.
+    let create = unsafe { raw::RedisModule_CreateCommand }.ok_or("CreateCommand missing")?;
+    for cmd in &COMMANDS {
+        // SAFETY: every pointer is a valid C string or callback for the life of the module.
+        let rc = unsafe {
+            create(
+                ctx,
+                cmd.name.as_ptr(),
+                Some(cmd.callback),
+                cmd.flags.as_ptr(),
+                cmd.first_key,
+                cmd.last_key,
+                cmd.key_step,
+            )
+        };
+        if rc != raw::Status::Ok as c_int {
+            return Err(format!("could not register {}", cmd.name.to_string_lossy()));
+        }
+    }
+    docs::register(ctx)
+}

@@ -1,0 +1,106 @@
+//! Every way a request can be refused before any state is touched.
+//!
+//! Messages start with `ERR`, name the argument, and give the rule it broke, because that text is
+//! exactly what reaches the user at `redis-cli` or in a client's exception.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// Wrong number of arguments for the named command.
+    Arity(&'static str),
+    /// An argument that must be an integer is not one (or does not fit in 64 bits).
+    NotInteger(&'static str),
+    /// A count outside its documented range.
+    OutOfRange {
+        arg: &'static str,
+        min: u64,
+        max: u64,
+    },
+    /// A duration given without a unit.
+    MissingUnit(&'static str),
+    /// A duration with a malformed number or an unknown unit.
+    BadDuration(&'static str),
+    /// A duration outside its documented range.
+    DurationRange {
+        arg: &'static str,
+        max: &'static str,
+    },
+    /// A keyword option that needs a value got none.
+    MissingValue(&'static str),
+    /// A keyword option given twice.
+    Duplicate(&'static str),
+    /// A token that is not an option of this command.
+    Syntax(String),
+    /// An algorithm name that is not one of ours.
+    UnknownAlgo(String),
+    /// A known algorithm that a later release implements.
+    AlgoNotSupported(&'static str),
+    /// An option that makes no sense with the chosen algorithm.
+    OptionNotAllowed {
+        option: &'static str,
+        algo: &'static str,
+    },
+    /// COST above the capacity: such a request could never be admitted.
+    CostAboveCapacity { cost: u64, capacity: u64 },
+    /// The time to refill the whole capacity is beyond what a key may live.
+    RefillTooLong,
+    /// The key holds a limiter of another algorithm family.
+    AlgoMismatch {
+        stored: &'static str,
+        asked: &'static str,
+    },
+    /// A state payload (replication, AOF, RESTORE) that does not decode.
+    BadPayload(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Arity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
+            Error::NotInteger(arg) => write!(f, "ERR {arg} must be an integer"),
+            Error::OutOfRange { arg, min, max } => {
+                write!(f, "ERR {arg} must be in the range [{min}, {max}]")
+            }
+            Error::MissingUnit(arg) => write!(
+                f,
+                "ERR {arg} needs a unit: add ms, s, m, h or d (for example 10s)"
+            ),
+            Error::BadDuration(arg) => write!(
+                f,
+                "ERR {arg} must be a positive integer followed by ms, s, m, h or d (for example 10s)"
+            ),
+            Error::DurationRange { arg, max } => {
+                write!(f, "ERR {arg} must be between 1ms and {max}")
+            }
+            Error::MissingValue(opt) => write!(f, "ERR {opt} needs a value"),
+            Error::Duplicate(opt) => write!(f, "ERR {opt} given more than once"),
+            Error::Syntax(token) => write!(f, "ERR syntax error near '{token}'"),
+            Error::UnknownAlgo(name) => write!(
+                f,
+                "ERR ALGO must be one of gcra, bucket, window, sliding, log (got '{name}')"
+            ),
+            Error::AlgoNotSupported(name) => {
+                write!(f, "ERR ALGO {name} is not yet supported by this version")
+            }
+            Error::OptionNotAllowed { option, algo } => {
+                write!(f, "ERR {option} is not allowed with ALGO {algo}")
+            }
+            Error::CostAboveCapacity { cost, capacity } => write!(
+                f,
+                "ERR COST {cost} exceeds the capacity {capacity}: such a request could never be admitted"
+            ),
+            Error::RefillTooLong => write!(
+                f,
+                "ERR capacity / limit * period (the time to refill the capacity) must be at most 3650d"
+            ),
+            Error::AlgoMismatch { stored, asked } => write!(
+                f,
+                "ERR key holds an ALGO {stored} limiter, not {asked}: use another key, or DEL this one to change the algorithm"
+            ),
+            Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

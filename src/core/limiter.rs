@@ -1,0 +1,283 @@
+//! One limiter: the rule it was last used with and the state of its algorithm.
+//!
+//! This is the value a key holds. Every algorithm's state is a variant of [`State`], so one Redis
+//! type carries all of them and one codec persists them.
+
+use super::error::Error;
+use super::rate::{self, Decision};
+use super::rule::{Algo, Family, Rule};
+
+/// A 128-bit integer kept as two words, so that the limiter keeps 8-byte alignment and stays
+/// small (an `i128` field would pad every key's value to 16-byte alignment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wide([u64; 2]);
+
+impl Wide {
+    pub fn get(self) -> i128 {
+        (i128::from(self.0[0] as i64) << 64) | i128::from(self.0[1])
+    }
+
+    pub fn new(v: i128) -> Wide {
+        Wide([(v >> 64) as i64 as u64, v as u64])
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Theoretical arrival time of the next conforming request, in microseconds times `limit`
+    /// (so one emission interval is exactly `period_us`). Zero for a fresh key.
+    Gcra { tat: Wide },
+    /// The level in ticks (see `rate`) as counted at `updated_us`.
+    Bucket { updated_us: u64, level: Wide },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limiter {
+    rule: Rule,
+    state: State,
+}
+
+impl Limiter {
+    /// The state of a key that does not exist: full capacity.
+    pub fn new(algo: Algo, rule: Rule) -> Limiter {
+        let state = match algo {
+            Algo::Bucket => State::Bucket {
+                updated_us: 0,
+                level: Wide::new(rate::capacity(&rule)),
+            },
+            _ => State::Gcra { tat: Wide::new(0) },
+        };
+        Limiter { rule, state }
+    }
+
+    /// Rebuilds a limiter from decoded parts, refusing states no command could have produced.
+    pub fn from_parts(rule: Rule, state: State) -> Result<Limiter, Error> {
+        let cap = rate::capacity(&rule);
+        match &state {
+            State::Gcra { tat } if tat.get() < 0 => return Err(Error::BadPayload("negative TAT")),
+            State::Gcra { tat } => {
+                // now * limit + twice the capacity (a full debt) bounds any TAT we write.
+                let bound = i128::from(i64::MAX) * i128::from(rule.limit()) + 2 * cap;
+                if tat.get() > bound {
+                    return Err(Error::BadPayload("TAT out of range"));
+                }
+            }
+            State::Bucket { level, .. } if level.get() > cap || level.get() < -cap => {
+                return Err(Error::BadPayload("bucket level out of range"))
+            }
+            State::Bucket { .. } => {}
+        }
+        Ok(Limiter { rule, state })
+    }
+
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn algo(&self) -> Algo {
+        match self.state {
+            State::Gcra { .. } => Algo::Gcra,
+            State::Bucket { .. } => Algo::Bucket,
+        }
+    }
+
+    /// Available capacity at `now_us`, in ticks of this limiter's own rule.
+    fn level_at(&self, now_us: u64) -> i128 {
+        let cap = rate::capacity(&self.rule);
+        match self.state {
+            State::Gcra { tat } => {
+                let now = i128::from(now_us) * i128::from(self.rule.limit());
+                cap - (tat.get() - now).max(0)
+            }
+            State::Bucket { updated_us, level } => {
+                // A clock that stepped back refills nothing.
+                let elapsed = now_us.saturating_sub(updated_us);
+                level
+                    .get()
+                    .saturating_add(rate::refill(&self.rule, elapsed, 2 * cap))
+                    .min(cap)
+            }
+        }
+    }
+
+    /// Decides `cost` units under `rule` at `now_us`. When admitted and not `dry`, the state
+    /// moves to `algo` and `rule` and is spent; otherwise nothing changes.
+    pub fn admit(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<Decision, Error> {
+        if algo.family() != self.algo().family() {
+            return Err(Error::AlgoMismatch {
+                stored: self.algo().name(),
+                asked: algo.name(),
+            });
+        }
+        debug_assert_eq!(algo.family(), Family::Rate);
+        let level = rate::convert(self.level_at(now_us), &self.rule, &rule);
+        let (decision, after) = rate::decide(&rule, level, cost);
+        if decision.allowed && !dry {
+            self.store(algo, rule, after, now_us);
+        }
+        Ok(decision)
+    }
+
+    fn store(&mut self, algo: Algo, rule: Rule, level: i128, now_us: u64) {
+        let cap = rate::capacity(&rule);
+        self.state = match algo {
+            Algo::Bucket => {
+                let updated_us = match self.state {
+                    State::Bucket { updated_us, .. } => updated_us.max(now_us),
+                    State::Gcra { .. } => now_us,
+                };
+                State::Bucket {
+                    updated_us,
+                    level: Wide::new(level),
+                }
+            }
+            _ => {
+                let now = i128::from(now_us) * i128::from(rule.limit());
+                State::Gcra {
+                    tat: Wide::new(now + cap - level),
+                }
+            }
+        };
+        self.rule = rule;
+    }
+
+    /// The instant (µs since the epoch) from which this state equals an absent key: full again.
+    pub fn full_at_us(&self) -> u64 {
+        match self.state {
+            State::Gcra { tat } => rate::ticks_to_us(&self.rule, tat.get()),
+            State::Bucket { updated_us, level } => {
+                let missing = rate::capacity(&self.rule) - level.get();
+                updated_us.saturating_add(rate::ticks_to_us(&self.rule, missing))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_764_000_000_000_000;
+
+    fn rule(limit: u64, period_us: u64, burst: Option<u64>) -> Rule {
+        Rule::new(Algo::Gcra, limit, period_us, burst).unwrap()
+    }
+
+    #[test]
+    fn wide_round_trips() {
+        for v in [0, 1, -1, i128::MAX, i128::MIN, 1 << 100, -(1 << 90) + 7] {
+            assert_eq!(Wide::new(v).get(), v);
+        }
+    }
+
+    #[test]
+    fn p_read_worked_example_for_both_algorithms() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let r = rule(2, 1_000_000, Some(20));
+            let mut l = Limiter::new(algo, r);
+            for _ in 0..20 {
+                assert!(l.admit(algo, r, 1, T0, false).unwrap().allowed);
+            }
+            let d = l.admit(algo, r, 1, T0, false).unwrap();
+            assert!(!d.allowed);
+            assert_eq!(d.retry_after_ms, 500);
+            assert_eq!(d.reset_after_ms, 10_000);
+            // 1.5 s later three tokens are back; an export of cost 10 waits 3.5 s.
+            let d = l.admit(algo, r, 10, T0 + 1_500_000, false).unwrap();
+            assert!(!d.allowed);
+            assert_eq!(d.remaining, 3);
+            assert_eq!(d.retry_after_ms, 3500);
+            // Waiting exactly retry_after_ms is enough.
+            let d = l.admit(algo, r, 10, T0 + 5_000_000, false).unwrap();
+            assert!(d.allowed, "{algo:?}");
+            assert_eq!(d.remaining, 0);
+            assert_eq!(l.full_at_us(), T0 + 15_000_000);
+        }
+    }
+
+    #[test]
+    fn dry_run_changes_nothing() {
+        let r = rule(5, 1_000_000, None);
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            let before = l.clone();
+            let d = l.admit(algo, r, 5, T0, true).unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 0);
+            assert_eq!(l, before);
+        }
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_mints_nothing() {
+        let r = rule(1, 1_000_000, Some(1));
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            assert!(l.admit(algo, r, 1, T0, false).unwrap().allowed);
+            assert!(!l.admit(algo, r, 1, T0 - 10_000_000, false).unwrap().allowed);
+            assert!(!l.admit(algo, r, 1, T0 + 999_999, false).unwrap().allowed);
+            assert!(l.admit(algo, r, 1, T0 + 1_000_000, false).unwrap().allowed);
+        }
+    }
+
+    #[test]
+    fn thirds_do_not_drift_over_a_long_run() {
+        // 3 per second: the emission interval is 333,333.33 µs, which no integer µs can hold.
+        // A burst of 3 keeps the level below the capacity, so no refill is clipped.
+        let r = rule(3, 1_000_000, Some(3));
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            let mut admitted = 0u64;
+            let mut now = T0;
+            // Poll every 1 ms for 1000 s: exactly 3 per second plus the initial burst.
+            while now <= T0 + 1_000_000_000 {
+                if l.admit(algo, r, 1, now, false).unwrap().allowed {
+                    admitted += 1;
+                }
+                now += 1_000;
+            }
+            assert_eq!(admitted, 3003, "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn gcra_and_bucket_convert_keeping_the_level() {
+        let r = rule(5, 1_000_000, None);
+        let mut l = Limiter::new(Algo::Gcra, r);
+        l.admit(Algo::Gcra, r, 1, T0, false).unwrap();
+        let d = l.admit(Algo::Bucket, r, 1, T0, false).unwrap();
+        assert_eq!(d.remaining, 3);
+        assert_eq!(l.algo(), Algo::Bucket);
+        let d = l.admit(Algo::Gcra, r, 1, T0 + 200_000, false).unwrap();
+        assert_eq!(d.remaining, 3);
+        assert_eq!(l.algo(), Algo::Gcra);
+    }
+
+    #[test]
+    fn payload_states_out_of_range_are_refused() {
+        let r = rule(5, 1_000_000, None);
+        let cap = rate::capacity(&r);
+        assert!(Limiter::from_parts(r, State::Gcra { tat: Wide::new(-1) }).is_err());
+        let over = State::Bucket {
+            updated_us: 0,
+            level: Wide::new(cap + 1),
+        };
+        assert!(Limiter::from_parts(r, over).is_err());
+        let debt = State::Bucket {
+            updated_us: 0,
+            level: Wide::new(-cap),
+        };
+        assert!(Limiter::from_parts(r, debt).is_ok());
+    }
+}

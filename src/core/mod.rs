@@ -1,0 +1,11 @@
+//! The pure core: parsing, validation and every algorithm's arithmetic over integers, with the
+//! time passed in. Nothing here knows about Redis; `tests` drive it with a fake clock.
+
+pub mod admit;
+#[cfg(test)]
+mod equivalence;
+pub mod error;
+pub mod limiter;
+pub mod parse;
+pub mod rate;
+pub mod rule;

@@ -1,0 +1,197 @@
+//! Parsing of counts and durations from raw argument bytes.
+//!
+//! Arguments arrive as bytes (key names and values need not be UTF-8), so parsing works on `&[u8]`
+//! and never allocates on the success path.
+
+use super::error::Error;
+
+/// Microseconds in each duration unit.
+const MS: u64 = 1_000;
+const S: u64 = 1_000 * MS;
+const M: u64 = 60 * S;
+const H: u64 = 60 * M;
+const D: u64 = 24 * H;
+
+/// A non-negative decimal integer that fits in an `i64`: no sign, no spaces, no leading `+`.
+pub fn parse_u64(bytes: &[u8], arg: &'static str) -> Result<u64, Error> {
+    if bytes.is_empty() || bytes.len() > 19 {
+        // 19 digits already covers i64::MAX; anything longer overflows.
+        return Err(
+            if bytes.len() > 19 && bytes.iter().all(u8::is_ascii_digit) {
+                Error::OutOfRange {
+                    arg,
+                    min: 0,
+                    max: i64::MAX as u64,
+                }
+            } else {
+                Error::NotInteger(arg)
+            },
+        );
+    }
+    let mut value: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return Err(if b == b'-' && bytes.len() > 1 {
+                Error::OutOfRange {
+                    arg,
+                    min: 1,
+                    max: i64::MAX as u64,
+                }
+            } else {
+                Error::NotInteger(arg)
+            });
+        }
+        value = value * 10 + u64::from(b - b'0'); // 19 digits cannot overflow u64
+    }
+    if value > i64::MAX as u64 {
+        return Err(Error::OutOfRange {
+            arg,
+            min: 0,
+            max: i64::MAX as u64,
+        });
+    }
+    Ok(value)
+}
+
+/// A count in `[min, max]`.
+pub fn parse_count(bytes: &[u8], arg: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+    match parse_u64(bytes, arg) {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        Ok(_) | Err(Error::OutOfRange { .. }) => Err(Error::OutOfRange { arg, min, max }),
+        Err(e) => Err(e),
+    }
+}
+
+/// A duration such as `250ms`, `10s`, `1m`, `2h`, `7d`, returned in microseconds, in
+/// `[1ms, max_us]`. A bare number is refused: unit mistakes throttle the wrong customer.
+pub fn parse_duration(
+    bytes: &[u8],
+    arg: &'static str,
+    max_us: u64,
+    max_text: &'static str,
+) -> Result<u64, Error> {
+    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (number, unit) = bytes.split_at(digits);
+    if unit.is_empty() {
+        return Err(if digits > 0 {
+            Error::MissingUnit(arg)
+        } else {
+            Error::BadDuration(arg)
+        });
+    }
+    let scale = if unit.eq_ignore_ascii_case(b"ms") {
+        MS
+    } else if unit.eq_ignore_ascii_case(b"s") {
+        S
+    } else if unit.eq_ignore_ascii_case(b"m") {
+        M
+    } else if unit.eq_ignore_ascii_case(b"h") {
+        H
+    } else if unit.eq_ignore_ascii_case(b"d") {
+        D
+    } else {
+        return Err(Error::BadDuration(arg));
+    };
+    if number.is_empty() {
+        return Err(Error::BadDuration(arg));
+    }
+    let range = Error::DurationRange { arg, max: max_text };
+    let n = parse_u64(number, arg).map_err(|_| range.clone())?;
+    match n.checked_mul(scale) {
+        Some(us) if us >= MS && us <= max_us => Ok(us),
+        _ => Err(range),
+    }
+}
+
+/// Microseconds in a duration unit, for bounds written as constants elsewhere.
+pub const DAY_US: u64 = D;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEN_Y: u64 = 3650 * DAY_US;
+
+    fn dur(s: &str) -> Result<u64, Error> {
+        parse_duration(s.as_bytes(), "period", TEN_Y, "3650d")
+    }
+
+    #[test]
+    fn durations_in_every_unit() {
+        assert_eq!(dur("250ms"), Ok(250_000));
+        assert_eq!(dur("10s"), Ok(10_000_000));
+        assert_eq!(dur("1m"), Ok(60_000_000));
+        assert_eq!(dur("2H"), Ok(7_200_000_000));
+        assert_eq!(dur("1d"), Ok(86_400_000_000));
+        assert_eq!(dur("3650d"), Ok(TEN_Y));
+    }
+
+    #[test]
+    fn bare_number_asks_for_a_unit() {
+        assert_eq!(dur("10"), Err(Error::MissingUnit("period")));
+        assert!(Error::MissingUnit("period")
+            .to_string()
+            .contains("needs a unit"));
+    }
+
+    #[test]
+    fn malformed_durations_are_refused() {
+        for bad in [
+            "", "s", "ms", "-1s", "+1s", "1.5s", "1 s", "1sec", "1w", "1s1", "0x10s",
+        ] {
+            assert!(dur(bad).is_err(), "{bad:?} was accepted");
+        }
+        for bad in [
+            "0s",
+            "0ms",
+            "3651d",
+            "99999999999999999999d",
+            "9223372036854775807d",
+        ] {
+            assert_eq!(
+                dur(bad),
+                Err(Error::DurationRange {
+                    arg: "period",
+                    max: "3650d"
+                }),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn integers_refuse_signs_overflow_and_junk() {
+        assert_eq!(parse_u64(b"0", "n"), Ok(0));
+        assert_eq!(parse_u64(b"9223372036854775807", "n"), Ok(i64::MAX as u64));
+        assert!(matches!(
+            parse_u64(b"9223372036854775808", "n"),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_u64(b"99999999999999999999999", "n"),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_u64(b"-1", "n"),
+            Err(Error::OutOfRange { .. })
+        ));
+        for bad in ["", "-", "+1", " 1", "1 ", "1e3", "abc", "١"] {
+            assert_eq!(
+                parse_u64(bad.as_bytes(), "n"),
+                Err(Error::NotInteger("n")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_name_their_range() {
+        assert_eq!(parse_count(b"5", "limit", 1, 10), Ok(5));
+        let e = parse_count(b"0", "limit", 1, 10).unwrap_err();
+        assert_eq!(e.to_string(), "ERR limit must be in the range [1, 10]");
+        let e = parse_count(b"-5", "limit", 1, 10).unwrap_err();
+        assert_eq!(e.to_string(), "ERR limit must be in the range [1, 10]");
+        let e = parse_count(b"9223372036854775808", "limit", 1, 10).unwrap_err();
+        assert_eq!(e.to_string(), "ERR limit must be in the range [1, 10]");
+    }
+}

@@ -1,0 +1,136 @@
+//! The arithmetic shared by `gcra` and `bucket`.
+//!
+//! Both algorithms reduce to one quantity, the *level*: how much capacity is available now,
+//! counted in ticks. One token is `period_us` ticks and the steady rate adds `limit` ticks per
+//! microsecond, so every quantity is an exact integer for any `limit` and `period`, and long runs
+//! never drift. `gcra` stores the level as a theoretical arrival time, `bucket` as a token count
+//! with the time it was counted; they convert to the same level and take the same decision.
+
+use super::rule::{ceil_div, Rule};
+
+/// The reply to one admission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Units that could still be admitted at once after this decision.
+    pub remaining: u64,
+    /// 0 when allowed; otherwise how long until this same request would be admitted.
+    pub retry_after_ms: u64,
+    /// How long until the key is back to full (and expires).
+    pub reset_after_ms: u64,
+    /// The capacity.
+    pub limit: u64,
+}
+
+/// One token in ticks.
+pub fn token(rule: &Rule) -> i128 {
+    i128::from(rule.period_us())
+}
+
+/// The full capacity in ticks.
+pub fn capacity(rule: &Rule) -> i128 {
+    i128::from(rule.burst()) * token(rule)
+}
+
+/// Ticks the steady rate adds in `elapsed_us`, capped at `cap` so huge gaps cannot overflow.
+pub fn refill(rule: &Rule, elapsed_us: u64, cap: i128) -> i128 {
+    i128::from(elapsed_us)
+        .saturating_mul(i128::from(rule.limit()))
+        .min(cap)
+}
+
+/// Microseconds for the steady rate to produce `ticks` (rounded up; 0 for `ticks <= 0`).
+pub fn ticks_to_us(rule: &Rule, ticks: i128) -> u64 {
+    let us = ceil_div(u128::try_from(ticks).unwrap_or(0), u128::from(rule.limit()));
+    u64::try_from(us).unwrap_or(u64::MAX)
+}
+
+fn us_to_ms(us: u64) -> u64 {
+    us / 1000 + u64::from(us % 1000 != 0)
+}
+
+/// Decides a request of `cost` units against `level` ticks. Returns the decision and the level
+/// after it (unchanged when refused).
+pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
+    let cap = capacity(rule);
+    let need = i128::from(cost) * token(rule);
+    let allowed = level >= need;
+    let after = if allowed { level - need } else { level };
+    let retry_after_ms = if allowed {
+        0
+    } else {
+        us_to_ms(ticks_to_us(rule, need - level))
+    };
+    let decision = Decision {
+        allowed,
+        remaining: u64::try_from(after.max(0) / token(rule)).unwrap_or(0),
+        retry_after_ms,
+        reset_after_ms: us_to_ms(ticks_to_us(rule, cap - after)),
+        limit: rule.burst(),
+    };
+    (decision, after)
+}
+
+/// Re-expresses a level measured under `from` in the ticks of `to`, keeping the number of
+/// tokens (rounded down, so a change of parameters never mints capacity) and clamping to the new
+/// capacity and debt floor.
+pub fn convert(level: i128, from: &Rule, to: &Rule) -> i128 {
+    if from.period_us() == to.period_us() {
+        return level.clamp(-capacity(to), capacity(to));
+    }
+    let old_token = token(from);
+    let whole = level.div_euclid(old_token);
+    let part = level.rem_euclid(old_token);
+    let converted = whole
+        .saturating_mul(token(to))
+        .saturating_add(part * token(to) / old_token);
+    converted.clamp(-capacity(to), capacity(to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::rule::Algo;
+
+    fn p_read() -> Rule {
+        Rule::new(Algo::Bucket, 2, 1_000_000, Some(20)).unwrap()
+    }
+
+    #[test]
+    fn p_read_21st_waits_500ms() {
+        let r = p_read();
+        let mut level = capacity(&r);
+        for i in 0..20 {
+            let (d, after) = decide(&r, level, 1);
+            assert!(d.allowed, "call {i}");
+            assert_eq!(d.remaining, 19 - i);
+            level = after;
+        }
+        let (d, after) = decide(&r, level, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_ms, 500);
+        assert_eq!(d.reset_after_ms, 10_000);
+        assert_eq!(after, level);
+    }
+
+    #[test]
+    fn p_read_cost_10_with_3_left_waits_3500ms() {
+        let r = p_read();
+        let (d, _) = decide(&r, 3 * token(&r), 10);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_ms, 3500);
+        assert_eq!(d.remaining, 3);
+    }
+
+    #[test]
+    fn conversion_keeps_tokens_and_never_mints() {
+        let from = Rule::new(Algo::Gcra, 10, 1_000_000, None).unwrap();
+        let to = Rule::new(Algo::Gcra, 10, 60_000_000, Some(100)).unwrap();
+        let lvl = 7 * token(&from) + token(&from) / 2;
+        assert_eq!(convert(lvl, &from, &to), 7 * token(&to) + token(&to) / 2);
+        // Clamped to the new capacity.
+        let small = Rule::new(Algo::Gcra, 1, 1_000, Some(3)).unwrap();
+        assert_eq!(convert(capacity(&to), &to, &small), capacity(&small));
+        assert_eq!(convert(-capacity(&to), &to, &small), -capacity(&small));
+    }
+}

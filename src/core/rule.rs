@@ -1,0 +1,244 @@
+//! What a limiter enforces: the algorithm, `limit` units per `period`, and the capacity.
+//!
+//! A `Rule` can only be built through [`Rule::new`], which enforces every documented bound, so
+//! the arithmetic downstream never sees a value that could overflow it.
+
+use super::error::Error;
+use super::parse::DAY_US;
+
+/// Largest `limit`, `BURST` and `COST` accepted (10^15).
+pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
+/// Longest `period` accepted, and the longest time a full capacity may take to refill.
+pub const MAX_PERIOD_US: u64 = 3650 * DAY_US;
+pub const MAX_PERIOD_TEXT: &str = "3650d";
+/// Largest `limit` for `ALGO log`, which keeps one timestamp per admitted unit.
+pub const MAX_LOG_LIMIT: u64 = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algo {
+    Gcra,
+    Bucket,
+    Window,
+    Sliding,
+    Log,
+}
+
+impl Algo {
+    pub const ALL: [Algo; 5] = [
+        Algo::Gcra,
+        Algo::Bucket,
+        Algo::Window,
+        Algo::Sliding,
+        Algo::Log,
+    ];
+
+    pub fn parse(bytes: &[u8]) -> Result<Algo, Error> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| bytes.eq_ignore_ascii_case(a.name().as_bytes()))
+            .ok_or_else(|| Error::UnknownAlgo(String::from_utf8_lossy(bytes).into_owned()))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Gcra => "gcra",
+            Algo::Bucket => "bucket",
+            Algo::Window => "window",
+            Algo::Sliding => "sliding",
+            Algo::Log => "log",
+        }
+    }
+
+    /// Algorithms whose states convert into each other without inventing capacity.
+    pub fn family(self) -> Family {
+        match self {
+            Algo::Gcra | Algo::Bucket => Family::Rate,
+            Algo::Window | Algo::Sliding => Family::Window,
+            Algo::Log => Family::Log,
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            Algo::Gcra => 0,
+            Algo::Bucket => 1,
+            Algo::Window => 2,
+            Algo::Sliding => 3,
+            Algo::Log => 4,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Algo> {
+        Algo::ALL.into_iter().find(|a| a.code() == code)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Rate,
+    Window,
+    Log,
+}
+
+/// `limit` units per `period_us`, with room for `burst` units at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    limit: u64,
+    period_us: u64,
+    burst: u64,
+}
+
+impl Rule {
+    /// Validates a rule for `algo`. `burst` is `None` when the caller gave no `BURST`.
+    pub fn new(algo: Algo, limit: u64, period_us: u64, burst: Option<u64>) -> Result<Rule, Error> {
+        let max_limit = if algo == Algo::Log {
+            MAX_LOG_LIMIT
+        } else {
+            MAX_COUNT
+        };
+        if !(1..=max_limit).contains(&limit) {
+            return Err(Error::OutOfRange {
+                arg: "limit",
+                min: 1,
+                max: max_limit,
+            });
+        }
+        if !(1_000..=MAX_PERIOD_US).contains(&period_us) {
+            return Err(Error::DurationRange {
+                arg: "period",
+                max: MAX_PERIOD_TEXT,
+            });
+        }
+        let burst = match (algo.family(), burst) {
+            (Family::Rate, Some(b)) => b,
+            (Family::Rate, None) => limit,
+            (_, Some(_)) => {
+                return Err(Error::OptionNotAllowed {
+                    option: "BURST",
+                    algo: algo.name(),
+                })
+            }
+            (_, None) => limit,
+        };
+        if !(1..=MAX_COUNT).contains(&burst) {
+            return Err(Error::OutOfRange {
+                arg: "BURST",
+                min: 1,
+                max: MAX_COUNT,
+            });
+        }
+        let rule = Rule {
+            limit,
+            period_us,
+            burst,
+        };
+        if rule.refill_us(burst) > u128::from(MAX_PERIOD_US) {
+            return Err(Error::RefillTooLong);
+        }
+        Ok(rule)
+    }
+
+    /// Rebuilds a rule read back from storage, applying the same bounds.
+    pub fn restore(algo: Algo, limit: u64, period_us: u64, burst: u64) -> Result<Rule, Error> {
+        let given = (algo.family() == Family::Rate).then_some(burst);
+        let rule = Rule::new(algo, limit, period_us, given)?;
+        if rule.burst != burst {
+            return Err(Error::BadPayload("capacity differs from limit"));
+        }
+        Ok(rule)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn period_us(&self) -> u64 {
+        self.period_us
+    }
+
+    /// The capacity: `BURST` for gcra and bucket, `limit` for the window algorithms.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Microseconds for the steady rate to produce `units` (rounded up).
+    pub fn refill_us(&self, units: u64) -> u128 {
+        ceil_div(
+            u128::from(units) * u128::from(self.period_us),
+            u128::from(self.limit),
+        )
+    }
+}
+
+/// Checks `COST` against the capacity: a request above it could never be admitted.
+pub fn check_cost(cost: u64, rule: &Rule) -> Result<(), Error> {
+    if cost > rule.burst() {
+        return Err(Error::CostAboveCapacity {
+            cost,
+            capacity: rule.burst(),
+        });
+    }
+    Ok(())
+}
+
+/// `ceil(a / b)` for `b > 0`; `b == 0` yields 0 rather than a panic.
+pub fn ceil_div(a: u128, b: u128) -> u128 {
+    match b {
+        0 => 0,
+        _ => a / b + u128::from(a % b != 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_defaults_to_limit() {
+        let r = Rule::new(Algo::Gcra, 10, 1_000_000, None).unwrap();
+        assert_eq!(r.burst(), 10);
+    }
+
+    #[test]
+    fn burst_is_refused_for_window_algorithms() {
+        for algo in [Algo::Window, Algo::Sliding, Algo::Log] {
+            let e = Rule::new(algo, 10, 1_000_000, Some(5)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("ERR BURST is not allowed with ALGO {}", algo.name())
+            );
+        }
+    }
+
+    #[test]
+    fn bounds_are_enforced() {
+        assert!(Rule::new(Algo::Gcra, 0, 1_000_000, None).is_err());
+        assert!(Rule::new(Algo::Gcra, MAX_COUNT + 1, 1_000_000, None).is_err());
+        assert!(Rule::new(Algo::Gcra, MAX_COUNT, 1_000_000, None).is_ok());
+        assert!(Rule::new(Algo::Gcra, 1, 999, None).is_err());
+        assert!(Rule::new(Algo::Gcra, 1, MAX_PERIOD_US + 1, None).is_err());
+        assert!(Rule::new(Algo::Log, MAX_LOG_LIMIT + 1, 1_000_000, None).is_err());
+        // 1 per 10 days with a burst of 1000 would take 10,000 days to refill.
+        let e = Rule::new(Algo::Gcra, 1, 10 * DAY_US, Some(1000)).unwrap_err();
+        assert_eq!(e, Error::RefillTooLong);
+        // The largest accepted values together stay within the refill bound.
+        assert!(Rule::new(Algo::Gcra, MAX_COUNT, MAX_PERIOD_US, Some(MAX_COUNT)).is_ok());
+    }
+
+    #[test]
+    fn algo_names_round_trip() {
+        for a in Algo::ALL {
+            assert_eq!(Algo::parse(a.name().to_uppercase().as_bytes()), Ok(a));
+            assert_eq!(Algo::from_code(a.code()), Some(a));
+        }
+        assert!(Algo::parse(b"leaky").is_err());
+    }
+
+    #[test]
+    fn ceil_div_rounds_up() {
+        assert_eq!(ceil_div(7, 2), 4);
+        assert_eq!(ceil_div(6, 2), 3);
+        assert_eq!(ceil_div(0, 2), 0);
+        assert_eq!(ceil_div(5, 0), 0);
+    }
+}

@@ -1,0 +1,21 @@
+//! The `INFO rl` section: calls, admissions and refusals per command, live keys per algorithm.
+
+use redis_module::raw;
+
+use crate::core::rule::Algo;
+use crate::stats;
+
+/// # Safety
+/// Called by Redis with a valid info context.
+pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    raw::add_info_section(ctx, None);
+    for cmd in stats::COMMANDS {
+        for (what, n) in cmd.snapshot() {
+            raw::add_info_field_unsigned_long_long(ctx, &format!("{}_{what}", cmd.name), n);
+        }
+    }
+    for algo in Algo::ALL {
+        let n = stats::key_count(algo);
+        raw::add_info_field_long_long(ctx, &format!("keys_{}", algo.name()), n);
+    }
+}

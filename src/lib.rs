@@ -1,0 +1,57 @@
+//! redis-rl: native rate-limiting and admission-control commands for Redis.
+//!
+//! `core` is the pure arithmetic; `state` the native type and its encoding; `commands` the glue
+//! that parses, calls the core, writes, replicates (`replicate`) and replies.
+
+pub mod clock;
+pub mod commands;
+pub mod core;
+pub mod info;
+pub mod replicate;
+pub mod state;
+pub mod stats;
+
+use redis_module::{raw, redis_module, Context, RedisString, Status};
+use state::LIMITER_TYPE;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // SAFETY: reading API pointers and calling them from OnLoad with its own context.
+    unsafe {
+        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
+            // Truncated or corrupt payloads become load errors instead of aborting Redis, and
+            // keys are signalled as modified only when a command really changed them.
+            set_options(
+                ctx.ctx,
+                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
+            );
+        }
+        raw::register_info_function(ctx.ctx, Some(info::section));
+    }
+    match commands::register(ctx.ctx) {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            ctx.log_warning(&format!("redis-rl: {e}"));
+            Status::Err
+        }
+    }
+}
+
+/// Inside Redis every allocation goes through Redis's allocator, so `used_memory` and
+/// `MEMORY USAGE` see it. Unit tests and benches run without a server and use the system's.
+#[cfg(not(any(test, feature = "system-alloc")))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(any(test, feature = "system-alloc")))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(any(test, feature = "system-alloc"))]
+type Allocator = std::alloc::System;
+#[cfg(any(test, feature = "system-alloc"))]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+redis_module! {
+    name: "rl",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LIMITER_TYPE],
+    init: init,
+}

@@ -1,0 +1,120 @@
+//! The native type `rllimiter`: one Redis type for every limiter, and its persistence callbacks.
+
+pub mod codec;
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::core::limiter::Limiter;
+use crate::stats;
+
+/// The RDB encoding version Redis records with each value; `codec` keeps its own version byte
+/// inside the payload, and both move together.
+pub static LIMITER_TYPE: RedisType = RedisType::new(
+    "rllimiter",
+    codec::VERSION as i32,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// The name of the command that rebuilds a value from its encoding (replication and AOF).
+pub const SETSTATE: &std::ffi::CStr = c"RL.SETSTATE";
+
+/// Hands a limiter to Redis, counting it in `INFO rl`.
+pub fn into_raw(limiter: Limiter) -> *mut c_void {
+    stats::key_created(limiter.algo());
+    Box::into_raw(Box::new(limiter)).cast()
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if !(1..=c_int::from(codec::VERSION)).contains(&encver) {
+        return ptr::null_mut();
+    }
+    let Ok(buffer) = raw::load_string_buffer(rdb) else {
+        return ptr::null_mut();
+    };
+    match codec::decode(buffer.as_ref()) {
+        Ok(limiter) => into_raw(limiter),
+        Err(_) => ptr::null_mut(),
+    }
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis hands back a pointer this module created with `into_raw`.
+    let limiter = &*value.cast::<Limiter>();
+    raw::save_slice(rdb, codec::encode(limiter).as_bytes());
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    let limiter = &*value.cast::<Limiter>();
+    let encoded = codec::encode(limiter);
+    let bytes = encoded.as_bytes();
+    // Redis appends the key's PEXPIREAT after this command.
+    if let Some(emit) = raw::RedisModule_EmitAOF {
+        emit(
+            aof,
+            SETSTATE.as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            bytes.as_ptr(),
+            bytes.len(),
+        );
+    }
+}
+
+unsafe extern "C" fn mem_usage(_value: *const c_void) -> usize {
+    std::mem::size_of::<Limiter>()
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    let limiter = &*value.cast::<Limiter>();
+    let encoded = codec::encode(limiter);
+    let bytes = encoded.as_bytes();
+    if let (Some(add), Some(end)) = (
+        raw::RedisModule_DigestAddStringBuffer,
+        raw::RedisModule_DigestEndSequence,
+    ) {
+        add(md, bytes.as_ptr().cast_mut().cast(), bytes.len());
+        end(md);
+    }
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    let limiter = Box::from_raw(value.cast::<Limiter>());
+    stats::key_freed(limiter.algo());
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    let limiter = &*value.cast::<Limiter>();
+    into_raw(limiter.clone())
+}

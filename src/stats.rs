@@ -1,0 +1,85 @@
+//! Counters behind the `INFO rl` section.
+//!
+//! Atomics because values can be freed on a lazy-free thread; relaxed ordering because these are
+//! statistics, read without any other memory depending on them.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use crate::core::rule::Algo;
+
+/// Calls, admissions and refusals of one command.
+pub struct CommandStats {
+    pub name: &'static str,
+    calls: AtomicU64,
+    admitted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl CommandStats {
+    pub const fn new(name: &'static str) -> Self {
+        CommandStats {
+            name,
+            calls: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one call that reached a decision.
+    pub fn decided(&self, allowed: bool) {
+        self.calls.fetch_add(1, Relaxed);
+        let counter = if allowed {
+            &self.admitted
+        } else {
+            &self.refused
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Counts one call that ended in an error.
+    pub fn failed(&self) {
+        self.calls.fetch_add(1, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> [(&'static str, u64); 3] {
+        [
+            ("calls", self.calls.load(Relaxed)),
+            ("admitted", self.admitted.load(Relaxed)),
+            ("refused", self.refused.load(Relaxed)),
+        ]
+    }
+}
+
+pub static ADMIT: CommandStats = CommandStats::new("admit");
+
+/// Every command's counters, in the order `INFO rl` shows them.
+pub static COMMANDS: [&CommandStats; 1] = [&ADMIT];
+
+/// Live keys per algorithm, indexed by `Algo::code`.
+static KEYS: [AtomicI64; 5] = [
+    AtomicI64::new(0),
+    AtomicI64::new(0),
+    AtomicI64::new(0),
+    AtomicI64::new(0),
+    AtomicI64::new(0),
+];
+
+fn keys(algo: Algo) -> Option<&'static AtomicI64> {
+    KEYS.get(usize::from(algo.code()))
+}
+
+pub fn key_created(algo: Algo) {
+    if let Some(k) = keys(algo) {
+        k.fetch_add(1, Relaxed);
+    }
+}
+
+pub fn key_freed(algo: Algo) {
+    if let Some(k) = keys(algo) {
+        k.fetch_sub(1, Relaxed);
+    }
+}
+
+pub fn key_count(algo: Algo) -> i64 {
+    keys(algo).map_or(0, |k| k.load(Relaxed))
+}

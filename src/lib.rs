@@ -3,6 +3,21 @@
 //! `core` is the pure arithmetic; `state` the native type and its encoding; `commands` the glue
 //! that parses, calls the core, writes, replicates (`replicate`) and replies.
 
+// A panic aborts Redis with every user's data: outside tests, nothing may unwrap, index or panic.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::todo,
+        clippy::unimplemented,
+        clippy::indexing_slicing
+    )
+)]
+// The glue passes pointers that Redis handed to a callback straight back to Redis.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 pub mod clock;
 pub mod commands;
 pub mod core;

@@ -29,7 +29,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
 
 fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
     let Some(rest) = call.args.get(2..) else {
-        return Err(Error::Arity("rl.admit").into());
+        return Err(Error::Arity("RL.ADMIT").into());
     };
     let req = parse_admit(rest)?;
     let now = clock::now_us();

@@ -245,7 +245,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
             sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
             sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
         };
-        let mut info = raw::RedisModuleCommandInfo {
+        let info = raw::RedisModuleCommandInfo {
             version: &version,
             summary: doc.summary.as_ptr(),
             complexity: doc.complexity.as_ptr(),
@@ -257,7 +257,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
             args,
         };
         // SAFETY: every pointer in `info` is valid for this call; Redis copies what it keeps.
-        if unsafe { set_info(command, &mut info) } != raw::Status::Ok as c_int {
+        if unsafe { set_info(command, &info) } != raw::Status::Ok as c_int {
             return Err(format!(
                 "invalid command info for {}",
                 doc.name.to_string_lossy()

@@ -4,7 +4,7 @@
 //! payload that does not decode is refused, so it cannot plant a broken value.
 
 use super::{Call, CmdError, Key};
-use crate::core::error::Error;
+use crate::core::error::{printable, Error};
 use crate::core::parse::parse_count;
 use crate::replicate;
 use crate::state::codec;
@@ -22,9 +22,9 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         }
         5 => {
             let token = call.args.get(3).copied().unwrap_or_default();
-            return Err(Error::Syntax(String::from_utf8_lossy(token).into_owned()).into());
+            return Err(Error::Syntax(printable(token)).into());
         }
-        _ => return Err(Error::Arity("rl.setstate").into()),
+        _ => return Err(Error::Arity("RL.SETSTATE").into()),
     };
     let payload = call.args.get(2).copied().unwrap_or_default();
     let limiter = codec::decode(payload)?;

@@ -1,6 +1,6 @@
 //! The typed request of `RL.ADMIT`, parsed from the arguments after the key.
 
-use super::error::Error;
+use super::error::{printable, Error};
 use super::parse::{parse_count, parse_duration};
 use super::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 
@@ -74,7 +74,7 @@ pub fn set_once<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result
 /// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN]` (the arguments after the key).
 pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("rl.admit"));
+        return Err(Error::Arity("RL.ADMIT"));
     };
     let mut options = RuleOptions::default();
     let mut dry_run = false;
@@ -90,7 +90,7 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
             dry_run = true;
             i += 1;
         } else {
-            return Err(Error::Syntax(String::from_utf8_lossy(token).into_owned()));
+            return Err(Error::Syntax(printable(token)));
         }
     }
     let (algo, rule, cost) = options.rule(limit.as_ref(), period.as_ref())?;
@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn errors_name_the_argument() {
         let cases = [
-            ("10", "ERR wrong number of arguments for 'rl.admit' command"),
+            ("10", "ERR wrong number of arguments for 'RL.ADMIT' command"),
             (
                 "10 1",
                 "ERR period needs a unit: add ms, s, m, h or d (for example 10s)",

@@ -104,3 +104,32 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A user's token as it may appear inside an error reply: printable ASCII is kept, anything else
+/// becomes `\xNN`, and long tokens are cut, so the reply is valid UTF-8 on a single line.
+pub fn printable(token: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in token.iter().take(64) {
+        if b.is_ascii_graphic() || b == b' ' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if token.len() > 64 {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_bytes_a_reply_cannot_carry() {
+        assert_eq!(printable(b"FOO"), "FOO");
+        assert_eq!(printable(b"a\r\nb\xff\x00"), "a\\x0d\\x0ab\\xff\\x00");
+        assert_eq!(printable(&[b'x'; 70]), format!("{}...", "x".repeat(64)));
+    }
+}

@@ -46,7 +46,7 @@ pub fn ticks_to_us(rule: &Rule, ticks: i128) -> u64 {
 }
 
 fn us_to_ms(us: u64) -> u64 {
-    us / 1000 + u64::from(us % 1000 != 0)
+    us.div_ceil(1000)
 }
 
 /// Decides a request of `cost` units against `level` ticks. Returns the decision and the level

@@ -3,7 +3,7 @@
 //! A `Rule` can only be built through [`Rule::new`], which enforces every documented bound, so
 //! the arithmetic downstream never sees a value that could overflow it.
 
-use super::error::Error;
+use super::error::{printable, Error};
 use super::parse::DAY_US;
 
 /// Largest `limit`, `BURST` and `COST` accepted (10^15).
@@ -36,7 +36,7 @@ impl Algo {
         Algo::ALL
             .into_iter()
             .find(|a| bytes.eq_ignore_ascii_case(a.name().as_bytes()))
-            .ok_or_else(|| Error::UnknownAlgo(String::from_utf8_lossy(bytes).into_owned()))
+            .ok_or_else(|| Error::UnknownAlgo(printable(bytes)))
     }
 
     pub fn name(self) -> &'static str {
@@ -185,7 +185,7 @@ pub fn check_cost(cost: u64, rule: &Rule) -> Result<(), Error> {
 pub fn ceil_div(a: u128, b: u128) -> u128 {
     match b {
         0 => 0,
-        _ => a / b + u128::from(a % b != 0),
+        _ => a.div_ceil(b),
     }
 }
 

@@ -1,0 +1,247 @@
+//! The native type through RDB, AOF (with and without the RDB preamble), DUMP/RESTORE, COPY,
+//! MEMORY USAGE and DEBUG DIGEST-VALUE; corrupt and truncated payloads are refused.
+
+mod common;
+use common::*;
+
+/// Builds keys of both algorithms in several states, returns their names.
+fn populate(c: &mut Connection) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..20 {
+        let algo = if i % 2 == 0 { "gcra" } else { "bucket" };
+        let key = format!("p:{algo}:{i}");
+        admit(
+            c,
+            &format!("{key} {} 1h BURST 50 COST {} ALGO {algo}", 1 + i, 1 + i),
+        );
+        keys.push(key);
+    }
+    keys
+}
+
+fn snapshot(c: &mut Connection, keys: &[String]) -> Vec<(String, i64)> {
+    keys.iter()
+        .map(|k| (digest(c, k.as_bytes()), pttl(c, k.as_bytes())))
+        .collect()
+}
+
+fn assert_same(before: &[(String, i64)], after: &[(String, i64)]) {
+    assert_eq!(before.len(), after.len());
+    for (b, a) in before.iter().zip(after) {
+        assert_eq!(b.0, a.0, "digest changed");
+        assert!(
+            a.1 > 0 && (b.1 - a.1).abs() < 5_000,
+            "ttl {} became {}",
+            b.1,
+            a.1
+        );
+    }
+}
+
+#[test]
+fn debug_reload_keeps_state_and_ttl() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let keys = populate(&mut c);
+    let before = snapshot(&mut c, &keys);
+    let _: () = cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    assert_same(&before, &snapshot(&mut c, &keys));
+}
+
+#[test]
+fn restart_from_rdb_keeps_state() {
+    let mut s = Server::start();
+    let keys = populate(&mut s.conn());
+    let before = snapshot(&mut s.conn(), &keys);
+    s.restart(true, &[]);
+    assert_same(&before, &snapshot(&mut s.conn(), &keys));
+}
+
+fn aof_round_trip(preamble: &str) {
+    let mut s = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+    let mut c = s.conn();
+    let keys = populate(&mut c);
+    // The effects as logged, then a rewrite, then more effects on top of it.
+    let _: () = cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    loop {
+        let info: String = cmd("INFO").arg("persistence").query(&mut c).unwrap();
+        if info.contains("aof_rewrite_in_progress:0") && !info.contains("aof_rewrite_scheduled:1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    admit(&mut c, "p:gcra:0 1 1h BURST 50 COST 7");
+    let before = snapshot(&mut c, &keys);
+    s.restart(false, &[]);
+    assert_same(&before, &snapshot(&mut s.conn(), &keys));
+}
+
+#[test]
+fn aof_with_rdb_preamble_keeps_state() {
+    aof_round_trip("yes");
+}
+
+#[test]
+fn aof_without_rdb_preamble_keeps_state() {
+    aof_round_trip("no");
+}
+
+#[test]
+fn dump_restore_copy_and_memory_usage() {
+    let s = Server::start();
+    let mut c = s.conn();
+    admit(&mut c, "src 2 1s BURST 20 COST 7");
+    let d = digest(&mut c, b"src");
+    let dump: Vec<u8> = cmd("DUMP").arg("src").query(&mut c).unwrap();
+    // The digest covers whether a TTL is set, so restore with one.
+    let _: () = cmd("RESTORE")
+        .arg("dst")
+        .arg(60_000)
+        .arg(&dump)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(digest(&mut c, b"dst"), d);
+    let copied: i64 = cmd("COPY").arg("src").arg("cpy").query(&mut c).unwrap();
+    assert_eq!(copied, 1);
+    assert_eq!(digest(&mut c, b"cpy"), d);
+    assert!(pttl(&mut c, b"cpy") > 0, "COPY keeps the TTL");
+    // The copy is independent: spending it leaves the source alone.
+    admit(&mut c, "cpy 2 1s BURST 20 COST 5");
+    assert_eq!(digest(&mut c, b"src"), d);
+    let usage: i64 = cmd("MEMORY").arg("USAGE").arg("src").query(&mut c).unwrap();
+    assert!((40..=200).contains(&usage), "MEMORY USAGE {usage}");
+    let info: String = cmd("INFO").arg("rl").query(&mut c).unwrap();
+    assert!(info.contains("rl_keys_gcra:3"), "{info}");
+}
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which DUMP payloads end with.
+fn crc64(data: &[u8]) -> u64 {
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Replaces a DUMP payload's body and recomputes its checksum, so only the module sees the
+/// damage.
+fn reseal(body: &[u8], rdb_version: &[u8]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(rdb_version);
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("pattern in payload")
+}
+
+#[test]
+fn corrupt_and_truncated_restore_payloads_are_refused() {
+    // Uncompressed, so the test can find and damage our bytes inside the payload.
+    let mut s = Server::start_with(&["--rdbcompression", "no"]);
+    let mut c = s.conn();
+    admit(&mut c, "src 12345 1s BURST 20000 COST 7");
+    let dump: Vec<u8> = cmd("DUMP").arg("src").query(&mut c).unwrap();
+    assert_eq!(
+        crc64(b"123456789"),
+        0xe9c6_d914_c4b8_d9ca,
+        "CRC implementation"
+    );
+    let (body, tail) = dump.split_at(dump.len() - 10);
+    let version = &tail[..2];
+    assert_eq!(
+        reseal(body, version),
+        dump,
+        "resealing an intact payload changes nothing"
+    );
+    // Our payload: version 1, algorithm 0, limit 12345 little-endian.
+    let at = find(body, &[1, 0, 0x39, 0x30, 0, 0, 0, 0, 0, 0]);
+    let mut broken: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut zero_limit = body.to_vec();
+    zero_limit[at + 2] = 0;
+    zero_limit[at + 3] = 0;
+    broken.push(("limit 0".into(), reseal(&zero_limit, version)));
+    let mut bad_version = body.to_vec();
+    bad_version[at] = 99;
+    broken.push(("unknown encoding".into(), reseal(&bad_version, version)));
+    let mut bad_algo = body.to_vec();
+    bad_algo[at + 1] = 42;
+    broken.push(("unknown algorithm".into(), reseal(&bad_algo, version)));
+    // One byte short, with the string length adjusted so only our decoder notices.
+    let mut short = body.to_vec();
+    short[at - 1] -= 1;
+    short.remove(at + 10);
+    broken.push(("short payload".into(), reseal(&short, version)));
+    // Cut inside the module data: the server's reader runs out of bytes.
+    for cut in [body.len() - 1, body.len() - 5, at + 3, at - 1, 12, 3] {
+        broken.push((format!("cut at {cut}"), reseal(&body[..cut], version)));
+    }
+    for (what, payload) in broken {
+        let r = cmd("RESTORE")
+            .arg("dst")
+            .arg(0)
+            .arg(&payload)
+            .query::<Value>(&mut c);
+        assert!(r.is_err(), "{what}: accepted");
+        assert!(s.alive(), "{what}: crashed the server; log:\n{}", s.log());
+        let exists: i64 = cmd("EXISTS").arg("dst").query(&mut c).unwrap();
+        assert_eq!(exists, 0, "{what}: left a key");
+    }
+    let _: () = cmd("RESTORE")
+        .arg("dst")
+        .arg(0)
+        .arg(&dump)
+        .query(&mut c)
+        .unwrap();
+    assert!(s.alive());
+    drop(c);
+    s.restart(false, &[]);
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    let s = s.trim();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Payloads written by version 1 load in every later release.
+#[test]
+fn frozen_version_1_payloads_still_load() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let state = unhex(include_str!("fixtures/gcra-v1.hex"));
+    let _: () = cmd("RL.SETSTATE")
+        .arg("a")
+        .arg(&state)
+        .query(&mut c)
+        .unwrap();
+    let dump = unhex(include_str!("fixtures/gcra-v1.dump.hex"));
+    let _: () = cmd("RESTORE")
+        .arg("b")
+        .arg(0)
+        .arg(&dump)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(digest(&mut c, b"a"), digest(&mut c, b"b"));
+    let again: Vec<u8> = cmd("DUMP").arg("b").query(&mut c).unwrap();
+    // The last 10 bytes are the server's RDB version and checksum, which differ between servers.
+    assert_eq!(
+        again[..again.len() - 10],
+        dump[..dump.len() - 10],
+        "re-encoding changed the value"
+    );
+}

@@ -1,0 +1,142 @@
+//! Effect replication: a replica holds byte-identical state however late it applies the
+//! stream, and commands that change nothing propagate nothing.
+
+mod common;
+use common::*;
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn random_admit(rng: &mut Rng) -> Vec<String> {
+    let key = format!("r:{}", rng.below(100));
+    let algo = ["gcra", "bucket"][rng.below(2) as usize];
+    let limit = 1 + rng.below(5);
+    let burst = limit + rng.below(10);
+    let mut args = vec![
+        key,
+        limit.to_string(),
+        ["100ms", "1s", "7s", "1m"][rng.below(4) as usize].to_string(),
+        "BURST".into(),
+        burst.to_string(),
+        "COST".into(),
+        (1 + rng.below(burst)).to_string(),
+        "ALGO".into(),
+        algo.into(),
+    ];
+    if rng.below(8) == 0 {
+        args.push("DRYRUN".into());
+    }
+    args
+}
+
+#[test]
+fn randomized_workload_leaves_identical_digests() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&primary);
+    let mut c = primary.conn();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let lua = "return redis.call('RL.ADMIT', KEYS[1], unpack(ARGV))";
+    for round in 0..3000 {
+        match rng.below(10) {
+            0 => {
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for _ in 0..5 {
+                    let a = random_admit(&mut rng);
+                    pipe.cmd("RL.ADMIT").arg(&a);
+                }
+                let _: Value = pipe.query(&mut c).expect("exec");
+            }
+            1 => {
+                let a = random_admit(&mut rng);
+                let _: Value = cmd("EVAL")
+                    .arg(lua)
+                    .arg(1)
+                    .arg(&a[0])
+                    .arg(&a[1..])
+                    .query(&mut c)
+                    .expect("eval");
+            }
+            _ => {
+                let a = random_admit(&mut rng);
+                let _: Value = cmd("RL.ADMIT").arg(&a).query(&mut c).expect("admit");
+            }
+        }
+        if round % 500 == 0 {
+            // Let time pass so that refills, not only spending, are exercised.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+    }
+    wait_for_sync(&primary, &replica);
+    let mut r = replica.conn();
+    let mut keys: Vec<Vec<u8>> = cmd("KEYS").arg("*").query(&mut c).unwrap();
+    keys.sort();
+    assert!(keys.len() > 50, "only {} keys", keys.len());
+    let mut compared = 0;
+    for k in &keys {
+        let p = digest(&mut c, k);
+        if p == "0000000000000000000000000000000000000000" {
+            continue; // expired between KEYS and here
+        }
+        assert_eq!(p, digest(&mut r, k), "key {}", String::from_utf8_lossy(k));
+        compared += 1;
+    }
+    assert!(compared > 50);
+}
+
+fn repl_offset(c: &mut Connection) -> i64 {
+    let info: String = cmd("INFO").arg("replication").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn refusals_and_dry_runs_propagate_nothing() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&primary);
+    let mut c = primary.conn();
+    admit(&mut c, "k 1 1h");
+    let before = repl_offset(&mut c);
+    assert_eq!(admit(&mut c, "k 1 1h")[0], 0);
+    assert_eq!(admit(&mut c, "other 1 1h DRYRUN")[0], 1);
+    let _ = error_of(&mut c, &[b"RL.ADMIT", b"k", b"1", b"1"]);
+    assert_eq!(repl_offset(&mut c), before);
+    admit(&mut c, "other 1 1h");
+    assert!(repl_offset(&mut c) > before);
+}
+
+#[test]
+fn the_aof_records_effects_not_commands() {
+    let s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = s.conn();
+    admit(&mut c, "k 5 1s");
+    let _: Value = cmd("EVAL")
+        .arg("return redis.call('RL.ADMIT', KEYS[1], 5, '1s')")
+        .arg(1)
+        .arg("lua")
+        .query(&mut c)
+        .unwrap();
+    let mut aof = Vec::new();
+    for entry in std::fs::read_dir(s.dir.join("appendonlydir")).expect("aof dir") {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            aof.extend(std::fs::read(path).unwrap());
+        }
+    }
+    let text = String::from_utf8_lossy(&aof);
+    assert_eq!(text.matches("RL.SETSTATE").count(), 2, "{text}");
+    assert!(!text.contains("RL.ADMIT"), "{text}");
+    assert!(!text.contains("EVAL"), "{text}");
+}

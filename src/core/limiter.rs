@@ -281,3 +281,13 @@ mod tests {
         assert!(Limiter::from_parts(r, debt).is_ok());
     }
 }
+
+#[cfg(test)]
+mod size {
+    /// Every key pays for this (plus Redis's own overhead): keep it small. Documented in
+    /// commands.md.
+    #[test]
+    fn a_limiter_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<super::Limiter>(), 56);
+    }
+}

@@ -10,29 +10,21 @@ use redis_module::raw;
 use crate::core::limiter::Limiter;
 use crate::state::{codec, SETSTATE};
 
-/// Propagates `RL.SETSTATE key <payload> PXAT <ms>` for the limiter just written.
-pub fn state(
-    ctx: *mut raw::RedisModuleCtx,
-    key: *mut raw::RedisModuleString,
-    limiter: &Limiter,
-    expire_at_ms: u64,
-) {
+/// Propagates `RL.SETSTATE key <payload>` for the limiter just written. The expiry is not sent:
+/// it is a function of the state (the instant it is full again), which the receiver derives.
+pub fn state(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, limiter: &Limiter) {
     let encoded = codec::encode(limiter);
     let bytes = encoded.as_bytes();
-    let at = i64::try_from(expire_at_ms).unwrap_or(i64::MAX);
-    // SAFETY: "sbcl" matches the arguments: a Redis string, a buffer with its length, a C string
-    // and a long long.
+    // SAFETY: "sb" matches the arguments: a Redis string, then a buffer and its length.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
                 ctx,
                 SETSTATE.as_ptr(),
-                c"sbcl".as_ptr(),
+                c"sb".as_ptr(),
                 key,
                 bytes.as_ptr(),
                 bytes.len(),
-                c"PXAT".as_ptr(),
-                at,
             );
         }
     }

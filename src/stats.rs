@@ -25,20 +25,19 @@ impl CommandStats {
         }
     }
 
-    /// Counts one call that reached a decision.
-    pub fn decided(&self, allowed: bool) {
+    /// Counts one call: a decision (admitted or refused), or an error for `None`.
+    pub fn count(&self, allowed: Option<bool>) {
         self.calls.fetch_add(1, Relaxed);
-        let counter = if allowed {
-            &self.admitted
-        } else {
-            &self.refused
+        match allowed {
+            Some(true) => self.admitted.fetch_add(1, Relaxed),
+            Some(false) => self.refused.fetch_add(1, Relaxed),
+            None => 0,
         };
-        counter.fetch_add(1, Relaxed);
     }
 
-    /// Counts one call that ended in an error.
-    pub fn failed(&self) {
-        self.calls.fetch_add(1, Relaxed);
+    /// Counts one call that produced `result`.
+    pub fn record<E>(&self, result: &Result<crate::core::rate::Decision, E>) {
+        self.count(result.as_ref().ok().map(|d| d.allowed));
     }
 
     pub fn snapshot(&self) -> [(&'static str, u64); 3] {
@@ -51,9 +50,11 @@ impl CommandStats {
 }
 
 pub static ADMIT: CommandStats = CommandStats::new("admit");
+pub static MULTI: CommandStats = CommandStats::new("multi");
+pub static THROTTLE: CommandStats = CommandStats::new("throttle");
 
 /// Every command's counters, in the order `INFO rl` shows them.
-pub static COMMANDS: [&CommandStats; 1] = [&ADMIT];
+pub static COMMANDS: [&CommandStats; 3] = [&ADMIT, &MULTI, &THROTTLE];
 
 /// Live keys per algorithm, indexed by `Algo::code`.
 static KEYS: [AtomicI64; 5] = [

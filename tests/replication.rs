@@ -15,24 +15,50 @@ impl Rng {
     }
 }
 
-fn random_admit(rng: &mut Rng) -> Vec<String> {
-    let key = format!("r:{}", rng.below(100));
-    let algo = ["gcra", "bucket"][rng.below(2) as usize];
-    let limit = 1 + rng.below(5);
-    let burst = limit + rng.below(10);
+const ALGOS: [&str; 5] = ["gcra", "bucket", "window", "sliding", "log"];
+
+/// A rule's arguments (limit, period and options) for keys of family `slot % 3`, so that a key
+/// keeps one algorithm family and its calls succeed.
+fn random_rule(rng: &mut Rng, slot: u64) -> Vec<String> {
+    let algo = match slot % 3 {
+        0 => ALGOS[rng.below(2) as usize],
+        1 => ALGOS[2 + rng.below(2) as usize],
+        _ => "log",
+    };
+    let limit = 1 + rng.below(8);
     let mut args = vec![
-        key,
         limit.to_string(),
         ["100ms", "1s", "7s", "1m"][rng.below(4) as usize].to_string(),
-        "BURST".into(),
-        burst.to_string(),
-        "COST".into(),
-        (1 + rng.below(burst)).to_string(),
-        "ALGO".into(),
-        algo.into(),
     ];
+    let mut capacity = limit;
+    if slot.is_multiple_of(3) {
+        capacity = limit + rng.below(10);
+        args.extend(["BURST".into(), capacity.to_string()]);
+    }
+    args.extend(["COST".into(), (1 + rng.below(capacity)).to_string()]);
+    args.extend(["ALGO".into(), algo.into()]);
+    args
+}
+
+fn random_admit(rng: &mut Rng) -> Vec<String> {
+    let slot = rng.below(100);
+    let mut args = vec![format!("r:{slot}")];
+    args.extend(random_rule(rng, slot));
     if rng.below(8) == 0 {
         args.push("DRYRUN".into());
+    }
+    args
+}
+
+/// RL.MULTI over three keys, one of each algorithm family.
+fn random_multi(rng: &mut Rng) -> Vec<String> {
+    let base = 3 * rng.below(10);
+    let slots = [base, base + 1, base + 2];
+    let mut args = vec!["3".to_string()];
+    args.extend(slots.iter().map(|s| format!("m:{s}")));
+    for (i, s) in slots.iter().enumerate() {
+        args.extend([String::from("RULE"), format!("rule{i}")]);
+        args.extend(random_rule(rng, *s));
     }
     args
 }
@@ -46,7 +72,23 @@ fn randomized_workload_leaves_identical_digests() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let lua = "return redis.call('RL.ADMIT', KEYS[1], unpack(ARGV))";
     for round in 0..3000 {
-        match rng.below(10) {
+        match rng.below(12) {
+            10 => {
+                let a = random_multi(&mut rng);
+                let _: Value = cmd("RL.MULTI").arg(&a).query(&mut c).expect("multi");
+            }
+            11 => {
+                let key = format!("cell:{}", rng.below(20));
+                let quantity = rng.below(4);
+                let _: Value = cmd("CL.THROTTLE")
+                    .arg(key)
+                    .arg(4)
+                    .arg(2)
+                    .arg(1)
+                    .arg(quantity)
+                    .query(&mut c)
+                    .expect("throttle");
+            }
             0 => {
                 let mut pipe = redis::pipe();
                 pipe.atomic();

@@ -14,9 +14,18 @@ pub struct Arg {
     pub name: &'static CStr,
     pub kind: raw::RedisModuleCommandArgType,
     pub token: Option<&'static CStr>,
-    pub optional: bool,
+    /// `REDISMODULE_CMD_ARG_*` flags.
+    pub flags: u32,
     pub summary: Option<&'static CStr>,
     pub subargs: &'static [Arg],
+}
+
+/// Where a command's keys are, with their `REDISMODULE_CMD_KEY_*` flags.
+pub enum Keys {
+    /// One key at position 1.
+    First(u64),
+    /// `numkeys` at position 1, then that many keys.
+    Numkeys(u64),
 }
 
 /// One command's documentation.
@@ -25,8 +34,7 @@ pub struct Doc {
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub arity: c_int,
-    /// `REDISMODULE_CMD_KEY_*` flags of the single key at position 1.
-    pub key_flags: u64,
+    pub keys: Keys,
     pub args: &'static [Arg],
 }
 
@@ -39,18 +47,31 @@ const TOKEN: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
 const ONEOF: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
-const UNIX_TIME: raw::RedisModuleCommandArgType =
-    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME;
+const BLOCK: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
+
+const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
+const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
+const MULTIPLE_TOKEN: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE_TOKEN;
+
+const KEY_RW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+const KEY_OW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+const KEY_RO_ACCESS: u64 = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {
         name,
         kind,
         token: None,
-        optional: false,
+        flags: 0,
         summary: None,
         subargs: &[],
     }
+}
+
+const fn described(mut a: Arg, summary: &'static CStr) -> Arg {
+    a.summary = Some(summary);
+    a
 }
 
 const fn option(
@@ -63,7 +84,7 @@ const fn option(
         name,
         kind,
         token: Some(token),
-        optional: true,
+        flags: OPTIONAL,
         summary: Some(summary),
         subargs: &[],
     }
@@ -74,14 +95,11 @@ const fn pure_token(token: &'static CStr, name: &'static CStr) -> Arg {
         name,
         kind: TOKEN,
         token: Some(token),
-        optional: false,
+        flags: 0,
         summary: None,
         subargs: &[],
     }
 }
-
-const KEY_RW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
-const KEY_OW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
 
 static ALGOS: [Arg; 5] = [
     pure_token(c"gcra", c"gcra"),
@@ -91,73 +109,131 @@ static ALGOS: [Arg; 5] = [
     pure_token(c"log", c"log"),
 ];
 
+const KEY_ARG: Arg = arg(c"key", KEY);
+const LIMIT_ARG: Arg = described(arg(c"limit", INTEGER), c"units per period, 1 to 10^15");
+const PERIOD_ARG: Arg = described(
+    arg(c"period", STRING),
+    c"an integer with a unit: ms, s, m, h or d (1ms to 3650d)",
+);
+const BURST_ARG: Arg = option(
+    c"BURST",
+    c"capacity",
+    INTEGER,
+    c"units admitted at once (gcra, bucket; default limit)",
+);
+const COST_ARG: Arg = option(
+    c"COST",
+    c"units",
+    INTEGER,
+    c"units this request spends (default 1, at most the capacity)",
+);
+const ALGO_ARG: Arg = Arg {
+    name: c"algo",
+    kind: ONEOF,
+    token: Some(c"ALGO"),
+    flags: OPTIONAL,
+    summary: Some(c"gcra (default), bucket, window, sliding or log"),
+    subargs: &ALGOS,
+};
+const DRYRUN_ARG: Arg = Arg {
+    flags: OPTIONAL,
+    summary: Some(c"decide and reply, change nothing"),
+    ..pure_token(c"DRYRUN", c"dryrun")
+};
+
 static ADMIT_ARGS: [Arg; 7] = [
-    arg(c"key", KEY),
+    KEY_ARG, LIMIT_ARG, PERIOD_ARG, BURST_ARG, COST_ARG, ALGO_ARG, DRYRUN_ARG,
+];
+
+static RULE_ARGS: [Arg; 6] = [
+    described(arg(c"name", STRING), c"reported in denied_by and rules"),
+    LIMIT_ARG,
+    PERIOD_ARG,
+    BURST_ARG,
+    COST_ARG,
+    ALGO_ARG,
+];
+
+static MULTI_ARGS: [Arg; 4] = [
+    described(arg(c"numkeys", INTEGER), c"number of keys, 1 to 32"),
     Arg {
-        summary: Some(c"units admitted per period, 1 to 10^15"),
-        ..arg(c"limit", INTEGER)
+        flags: MULTIPLE,
+        ..KEY_ARG
     },
     Arg {
-        summary: Some(c"an integer with a unit: ms, s, m, h or d (1ms to 3650d)"),
-        ..arg(c"period", STRING)
+        name: c"rule",
+        kind: BLOCK,
+        token: Some(c"RULE"),
+        flags: MULTIPLE | MULTIPLE_TOKEN,
+        summary: Some(c"one per key, in the same order"),
+        subargs: &RULE_ARGS,
     },
-    option(
-        c"BURST",
-        c"capacity",
-        INTEGER,
-        c"units admitted at once (gcra, bucket; default limit)",
-    ),
-    option(
-        c"COST",
-        c"units",
-        INTEGER,
-        c"units this request spends (default 1, at most the capacity)",
-    ),
+    DRYRUN_ARG,
+];
+
+static INFO_ARGS: [Arg; 1] = [KEY_ARG];
+
+static THROTTLE_ARGS: [Arg; 5] = [
+    KEY_ARG,
+    described(arg(c"max_burst", INTEGER), c"the capacity is max_burst + 1"),
+    described(arg(c"count", INTEGER), c"units per period"),
+    described(arg(c"period", INTEGER), c"seconds"),
     Arg {
-        name: c"algo",
-        kind: ONEOF,
-        token: Some(c"ALGO"),
-        optional: true,
-        summary: Some(c"the algorithm (default gcra)"),
-        subargs: &ALGOS,
-    },
-    Arg {
-        optional: true,
-        summary: Some(c"decide and reply, change nothing"),
-        ..pure_token(c"DRYRUN", c"dryrun")
+        flags: OPTIONAL,
+        ..described(
+            arg(c"quantity", INTEGER),
+            c"units to spend (default 1; 0 peeks)",
+        )
     },
 ];
 
-static SETSTATE_ARGS: [Arg; 3] = [
-    arg(c"key", KEY),
-    Arg {
-        summary: Some(c"a limiter state as encoded by this module"),
-        ..arg(c"payload", STRING)
-    },
-    option(
-        c"PXAT",
-        c"unix-time-milliseconds",
-        UNIX_TIME,
-        c"when the key expires",
+static SETSTATE_ARGS: [Arg; 2] = [
+    KEY_ARG,
+    described(
+        arg(c"payload", STRING),
+        c"a limiter state as encoded by this module",
     ),
 ];
 
-pub static DOCS: [Doc; 2] = [
+pub static DOCS: [Doc; 5] = [
     Doc {
         name: c"RL.ADMIT",
         summary: c"Admits or refuses one request against a rate limit, atomically.",
-        complexity: c"O(1)",
+        complexity: c"O(1) for gcra, bucket, window and sliding; O(1) amortized for log (O(N) in the entries that left the window)",
         arity: -4,
-        key_flags: KEY_RW_UPDATE,
+        keys: Keys::First(KEY_RW_UPDATE),
         args: &ADMIT_ARGS,
     },
     Doc {
-        name: c"RL.SETSTATE",
-        summary:
-            c"Sets a limiter's state from its encoding (how replicas and the AOF receive effects).",
+        name: c"RL.MULTI",
+        summary: c"Admits a request only if every rule on every key admits it; spends all or nothing.",
+        complexity: c"O(N) where N is the number of keys",
+        arity: -7,
+        keys: Keys::Numkeys(KEY_RW_UPDATE),
+        args: &MULTI_ARGS,
+    },
+    Doc {
+        name: c"RL.INFO",
+        summary: c"Explains a limiter key: algorithm, parameters, state and TTL.",
+        complexity: c"O(1); O(N) for log in the entries that left the window",
+        arity: 2,
+        keys: Keys::First(KEY_RO_ACCESS),
+        args: &INFO_ARGS,
+    },
+    Doc {
+        name: c"CL.THROTTLE",
+        summary: c"redis-cell compatible GCRA throttle: same arguments, reply and rounding.",
         complexity: c"O(1)",
-        arity: -3,
-        key_flags: KEY_OW_UPDATE,
+        arity: -5,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &THROTTLE_ARGS,
+    },
+    Doc {
+        name: c"RL.SETSTATE",
+        summary: c"Sets a limiter's state from its encoding (how replicas and the AOF receive effects).",
+        complexity: c"O(1); O(N) in the entries of a log",
+        arity: 3,
+        keys: Keys::First(KEY_OW_UPDATE),
         args: &SETSTATE_ARGS,
     },
 ];
@@ -182,11 +258,7 @@ fn raw_args(
             token: a.token.map_or(ptr::null(), CStr::as_ptr),
             summary: a.summary.map_or(ptr::null(), CStr::as_ptr),
             since: ptr::null(),
-            flags: if a.optional {
-                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
-            } else {
-                raw::REDISMODULE_CMD_ARG_NONE as c_int
-            },
+            flags: a.flags as c_int,
             deprecated_since: ptr::null(),
             subargs,
             display_text: ptr::null(),
@@ -230,15 +302,27 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         let args = raw_args(doc.args, &mut keep);
         // SAFETY: zeroed key specs are the terminator; the first is filled in below.
         let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
-        key_specs[0].flags = doc.key_flags;
         key_specs[0].begin_search_type =
             raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         key_specs[0].bs.index.pos = 1;
-        key_specs[0].find_keys_type =
-            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        key_specs[0].fk.range.lastkey = 0;
-        key_specs[0].fk.range.keystep = 1;
-        key_specs[0].fk.range.limit = 0;
+        match doc.keys {
+            Keys::First(flags) => {
+                key_specs[0].flags = flags;
+                key_specs[0].find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+                key_specs[0].fk.range.lastkey = 0;
+                key_specs[0].fk.range.keystep = 1;
+                key_specs[0].fk.range.limit = 0;
+            }
+            Keys::Numkeys(flags) => {
+                key_specs[0].flags = flags;
+                key_specs[0].find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+                key_specs[0].fk.keynum.keynumidx = 0;
+                key_specs[0].fk.keynum.firstkey = 1;
+                key_specs[0].fk.keynum.keystep = 1;
+            }
+        }
         let version = raw::RedisModuleCommandInfoVersion {
             version: 1,
             sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),

@@ -9,6 +9,15 @@ use super::CmdError;
 use crate::core::limiter::Limiter;
 use crate::state::{self, LIMITER_TYPE};
 
+/// What a key holds, as far as this module cares.
+pub enum Kind {
+    Empty,
+    Limiter,
+    /// A string: redis-cell's keys are strings, which `CL.THROTTLE` converts.
+    String,
+    Other,
+}
+
 /// An open key, closed on drop.
 pub struct Key {
     ctx: *mut raw::RedisModuleCtx,
@@ -35,30 +44,61 @@ impl Key {
         self.key.as_ptr()
     }
 
-    /// The limiter this key holds, `None` for an empty key, `WRONGTYPE` for any other value.
-    pub fn limiter(&mut self) -> Result<Option<&mut Limiter>, CmdError> {
-        // SAFETY: the key is open; the value pointer of our type is a `Limiter` we created.
+    pub fn kind(&self) -> Kind {
+        // SAFETY: the key is open.
         unsafe {
             let key_type = raw::RedisModule_KeyType.map_or(-1, |f| f(self.raw()));
             if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
-                return Ok(None);
-            }
-            let ours = *LIMITER_TYPE.raw_type.borrow();
-            let (Some(get_type), Some(get_value)) = (
-                raw::RedisModule_ModuleTypeGetType,
-                raw::RedisModule_ModuleTypeGetValue,
-            ) else {
-                return Err(CmdError::WrongType);
-            };
-            if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int || get_type(self.raw()) != ours
+                Kind::Empty
+            } else if key_type == raw::REDISMODULE_KEYTYPE_STRING as c_int {
+                Kind::String
+            } else if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+                && raw::RedisModule_ModuleTypeGetType.map(|f| f(self.raw()))
+                    == Some(*LIMITER_TYPE.raw_type.borrow())
             {
-                return Err(CmdError::WrongType);
+                Kind::Limiter
+            } else {
+                Kind::Other
             }
-            Ok(get_value(self.raw()).cast::<Limiter>().as_mut())
         }
     }
 
-    /// Stores a new limiter in this (empty or replaced) key.
+    /// The limiter this key holds, `None` for an empty key, `WRONGTYPE` for any other value.
+    pub fn limiter(&mut self) -> Result<Option<&mut Limiter>, CmdError> {
+        match self.kind() {
+            Kind::Empty => Ok(None),
+            // SAFETY: the value of a key of our type is a `Limiter` this module created.
+            Kind::Limiter => unsafe {
+                let get_value = raw::RedisModule_ModuleTypeGetValue.ok_or(CmdError::WrongType)?;
+                Ok(get_value(self.raw()).cast::<Limiter>().as_mut())
+            },
+            Kind::String | Kind::Other => Err(CmdError::WrongType),
+        }
+    }
+
+    /// The bytes of a string key, `None` for any other kind.
+    pub fn string_value(&self) -> Option<&[u8]> {
+        if !matches!(self.kind(), Kind::String) {
+            return None;
+        }
+        let mut len = 0;
+        // SAFETY: a string key opened for reading; the bytes live until the key is closed or
+        // written, and `&self` keeps both from happening while they are borrowed.
+        unsafe {
+            let dma = raw::RedisModule_StringDMA?;
+            let ptr = dma(self.raw(), &mut len, raw::REDISMODULE_READ as c_int);
+            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
+        }
+    }
+
+    /// Milliseconds until the key expires, `None` when it has no expiry.
+    pub fn ttl_ms(&self) -> Option<u64> {
+        // SAFETY: the key is open.
+        let ttl = unsafe { raw::RedisModule_GetExpire.map_or(-1, |f| f(self.raw())) };
+        u64::try_from(ttl).ok()
+    }
+
+    /// Stores a limiter in this key, replacing whatever it held.
     pub fn set(&mut self, limiter: Limiter) {
         let ours = *LIMITER_TYPE.raw_type.borrow();
         // SAFETY: ownership of the boxed limiter passes to Redis, which frees it through the

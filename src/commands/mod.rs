@@ -6,9 +6,12 @@
 
 pub mod admit;
 pub mod docs;
+pub mod inspect;
 mod key;
+pub mod multi;
 mod reply;
 pub mod setstate;
+pub mod throttle;
 
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,6 +53,25 @@ impl Call<'_> {
 
     pub fn reply(&self) -> Reply {
         Reply::new(self.ctx)
+    }
+
+    /// True when Redis only asks where the keys are (commands flagged `getkeys-api`).
+    pub fn is_keys_position_request(&self) -> bool {
+        // SAFETY: `ctx` is the running command's.
+        unsafe { raw::RedisModule_IsKeysPositionRequest.is_some_and(|f| f(self.ctx) != 0) }
+    }
+
+    /// Answers a key-position request. `pos` must be a valid argument index.
+    pub fn key_at_pos(&self, pos: usize) {
+        let (Ok(pos), true) = (c_int::try_from(pos), pos < self.argv.len()) else {
+            return;
+        };
+        // SAFETY: `pos` was checked against argc above.
+        unsafe {
+            if let Some(key_at_pos) = raw::RedisModule_KeyAtPos {
+                key_at_pos(self.ctx, pos);
+            }
+        }
     }
 }
 
@@ -122,12 +144,41 @@ macro_rules! callback {
 }
 
 callback!(admit_callback, admit::run);
+callback!(multi_callback, multi::run);
+callback!(inspect_callback, inspect::run);
+callback!(throttle_callback, throttle::run);
 callback!(setstate_callback, setstate::run);
 
-pub static COMMANDS: [Command; 2] = [
+pub static COMMANDS: [Command; 5] = [
     Command {
         name: c"RL.ADMIT",
         callback: admit_callback,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    // Key positions come from the command itself: a cluster routes only on the legacy range
+    // or on `getkeys-api`, and a numkeys layout has no fixed range.
+    Command {
+        name: c"RL.MULTI",
+        callback: multi_callback,
+        flags: c"write deny-oom getkeys-api",
+        first_key: 0,
+        last_key: 0,
+        key_step: 0,
+    },
+    Command {
+        name: c"RL.INFO",
+        callback: inspect_callback,
+        flags: c"readonly fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    Command {
+        name: c"CL.THROTTLE",
+        callback: throttle_callback,
         flags: c"write deny-oom fast",
         first_key: 1,
         last_key: 1,

@@ -26,16 +26,31 @@ impl Reply {
         flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as c_int != 0
     }
 
-    /// Opens a record of `n` fields; each then comes from [`Reply::field`].
+    /// Opens a record of `n` fields: a map in RESP3, an array of the values in RESP2. Each
+    /// field then comes from [`Record::field`].
     pub fn record(&self, n: usize) -> Record<'_> {
-        let resp3 = self.resp3();
-        let n = c_long::try_from(n).unwrap_or(0);
-        if resp3 {
-            raw::reply_with_map(self.ctx, n);
+        let len = c_long::try_from(n).unwrap_or(0);
+        let named = self.resp3();
+        if named {
+            raw::reply_with_map(self.ctx, len);
         } else {
-            raw::reply_with_array(self.ctx, n);
+            raw::reply_with_array(self.ctx, len);
         }
-        Record { reply: self, resp3 }
+        Record { reply: self, named }
+    }
+
+    /// Opens a map of `n` fields whose names matter in both protocols (RESP2 gets a flat array
+    /// of names and values, as `XINFO` does).
+    pub fn map(&self, n: usize) -> Record<'_> {
+        raw::reply_with_map(self.ctx, c_long::try_from(n).unwrap_or(0));
+        Record {
+            reply: self,
+            named: true,
+        }
+    }
+
+    pub fn array(&self, n: usize) {
+        raw::reply_with_array(self.ctx, c_long::try_from(n).unwrap_or(0));
     }
 
     /// A whole record of integer fields.
@@ -79,15 +94,20 @@ impl Reply {
 
 pub struct Record<'a> {
     reply: &'a Reply,
-    resp3: bool,
+    named: bool,
 }
 
 impl Record<'_> {
     pub fn field(&self, name: &str, v: Value<'_>) {
-        if self.resp3 {
+        self.field_with(name, |reply| reply.value(v));
+    }
+
+    /// A field whose value `emit` writes (an array, a nested record).
+    pub fn field_with(&self, name: &str, emit: impl FnOnce(&Reply)) {
+        if self.named {
             self.reply.value(Value::Bytes(name.as_bytes()));
         }
-        self.reply.value(v);
+        emit(self.reply);
     }
 }
 

@@ -94,9 +94,6 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
         }
     }
     let (algo, rule, cost) = options.rule(limit.as_ref(), period.as_ref())?;
-    if algo != Algo::Gcra && algo != Algo::Bucket {
-        return Err(Error::AlgoNotSupported(algo.name()));
-    }
     Ok(AdmitRequest {
         algo,
         rule,
@@ -172,8 +169,8 @@ mod tests {
                 "ERR ALGO must be one of gcra, bucket, window, sliding, log (got 'leaky')",
             ),
             (
-                "10 1s ALGO window",
-                "ERR ALGO window is not yet supported by this version",
+                "100001 1s ALGO log",
+                "ERR limit must be in the range [1, 100000]",
             ),
             (
                 "10 1s ALGO window BURST 3",

@@ -73,7 +73,7 @@ proptest! {
             let (allowed, retry) = model.request(now, cost, dry);
             prop_assert_eq!(g, b);
             prop_assert_eq!(g.allowed, allowed);
-            prop_assert_eq!(g.retry_after_ms, retry);
+            prop_assert_eq!(g.retry_after_ms(), retry);
             prop_assert_eq!(gcra.full_at_us(), bucket.full_at_us());
         }
     }
@@ -92,7 +92,7 @@ proptest! {
         l.admit(Algo::Gcra, rule, spend, now, false).unwrap();
         let d = l.admit(Algo::Gcra, rule, cost, now, false).unwrap();
         if !d.allowed {
-            let later = now + d.retry_after_ms * 1000;
+            let later = now + d.retry_after_ms() * 1000;
             prop_assert!(l.admit(Algo::Gcra, rule, cost, later, false).unwrap().allowed);
         }
     }

@@ -34,8 +34,6 @@ pub enum Error {
     Syntax(String),
     /// An algorithm name that is not one of ours.
     UnknownAlgo(String),
-    /// A known algorithm that a later release implements.
-    AlgoNotSupported(&'static str),
     /// An option that makes no sense with the chosen algorithm.
     OptionNotAllowed {
         option: &'static str,
@@ -50,6 +48,12 @@ pub enum Error {
         stored: &'static str,
         asked: &'static str,
     },
+    /// The same key named twice in one `RL.MULTI`.
+    DuplicateKey(String),
+    /// `numkeys` and the number of RULE clauses differ.
+    RuleCount { keys: usize, rules: usize },
+    /// A RULE clause cut short.
+    IncompleteRule,
     /// A state payload (replication, AOF, RESTORE) that does not decode.
     BadPayload(&'static str),
 }
@@ -80,9 +84,6 @@ impl fmt::Display for Error {
                 f,
                 "ERR ALGO must be one of gcra, bucket, window, sliding, log (got '{name}')"
             ),
-            Error::AlgoNotSupported(name) => {
-                write!(f, "ERR ALGO {name} is not yet supported by this version")
-            }
             Error::OptionNotAllowed { option, algo } => {
                 write!(f, "ERR {option} is not allowed with ALGO {algo}")
             }
@@ -98,6 +99,12 @@ impl fmt::Display for Error {
                 f,
                 "ERR key holds an ALGO {stored} limiter, not {asked}: use another key, or DEL this one to change the algorithm"
             ),
+            Error::DuplicateKey(key) => write!(f, "ERR key '{key}' given more than once"),
+            Error::RuleCount { keys, rules } => write!(
+                f,
+                "ERR numkeys is {keys} but {rules} RULE clauses were given"
+            ),
+            Error::IncompleteRule => write!(f, "ERR RULE needs a name, a limit and a period"),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
         }
     }

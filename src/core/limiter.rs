@@ -4,8 +4,10 @@
 //! type carries all of them and one codec persists them.
 
 use super::error::Error;
+use super::log::Log;
 use super::rate::{self, Decision};
-use super::rule::{Algo, Family, Rule};
+use super::rule::{Algo, Rule};
+use super::window::{window_start, Fixed, Sliding};
 
 /// A 128-bit integer kept as two words, so that the limiter keeps 8-byte alignment and stays
 /// small (an `i128` field would pad every key's value to 16-byte alignment).
@@ -26,9 +28,17 @@ impl Wide {
 pub enum State {
     /// Theoretical arrival time of the next conforming request, in microseconds times `limit`
     /// (so one emission interval is exactly `period_us`). Zero for a fresh key.
-    Gcra { tat: Wide },
+    Gcra {
+        tat: Wide,
+    },
     /// The level in ticks (see `rate`) as counted at `updated_us`.
-    Bucket { updated_us: u64, level: Wide },
+    Bucket {
+        updated_us: u64,
+        level: Wide,
+    },
+    Window(Fixed),
+    Sliding(Sliding),
+    Log(Box<Log>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,11 +51,14 @@ impl Limiter {
     /// The state of a key that does not exist: full capacity.
     pub fn new(algo: Algo, rule: Rule) -> Limiter {
         let state = match algo {
+            Algo::Gcra => State::Gcra { tat: Wide::new(0) },
             Algo::Bucket => State::Bucket {
                 updated_us: 0,
                 level: Wide::new(rate::capacity(&rule)),
             },
-            _ => State::Gcra { tat: Wide::new(0) },
+            Algo::Window => State::Window(Fixed::default()),
+            Algo::Sliding => State::Sliding(Sliding::default()),
+            Algo::Log => State::Log(Box::default()),
         };
         Limiter { rule, state }
     }
@@ -66,6 +79,17 @@ impl Limiter {
                 return Err(Error::BadPayload("bucket level out of range"))
             }
             State::Bucket { .. } => {}
+            State::Window(w) if w.start_us != window_start(w.start_us, rule.period_us()) => {
+                return Err(Error::BadPayload("window start not aligned to the period"))
+            }
+            State::Sliding(s) if s.start_us != window_start(s.start_us, rule.period_us()) => {
+                return Err(Error::BadPayload("window start not aligned to the period"))
+            }
+            State::Window(_) | State::Sliding(_) => {}
+            State::Log(log) if log.total() > rule.limit() => {
+                return Err(Error::BadPayload("log holds more than its limit"))
+            }
+            State::Log(_) => {}
         }
         Ok(Limiter { rule, state })
     }
@@ -82,10 +106,13 @@ impl Limiter {
         match self.state {
             State::Gcra { .. } => Algo::Gcra,
             State::Bucket { .. } => Algo::Bucket,
+            State::Window(_) => Algo::Window,
+            State::Sliding(_) => Algo::Sliding,
+            State::Log(_) => Algo::Log,
         }
     }
 
-    /// Available capacity at `now_us`, in ticks of this limiter's own rule.
+    /// Available capacity at `now_us` in ticks of this limiter's rule (gcra and bucket only).
     fn level_at(&self, now_us: u64) -> i128 {
         let cap = rate::capacity(&self.rule);
         match self.state {
@@ -101,6 +128,7 @@ impl Limiter {
                     .saturating_add(rate::refill(&self.rule, elapsed, 2 * cap))
                     .min(cap)
             }
+            _ => cap,
         }
     }
 
@@ -114,17 +142,66 @@ impl Limiter {
         now_us: u64,
         dry: bool,
     ) -> Result<Decision, Error> {
-        if algo.family() != self.algo().family() {
-            return Err(Error::AlgoMismatch {
-                stored: self.algo().name(),
-                asked: algo.name(),
-            });
-        }
-        debug_assert_eq!(algo.family(), Family::Rate);
-        let level = rate::convert(self.level_at(now_us), &self.rule, &rule);
-        let (decision, after) = rate::decide(&rule, level, cost);
-        if decision.allowed && !dry {
-            self.store(algo, rule, after, now_us);
+        let commit = !dry;
+        let decision = match (&mut self.state, algo) {
+            (State::Gcra { .. } | State::Bucket { .. }, Algo::Gcra | Algo::Bucket) => {
+                let level = rate::convert(self.level_at(now_us), &self.rule, &rule);
+                let (decision, after) = rate::decide(&rule, level, cost);
+                if decision.allowed && commit {
+                    self.store(algo, rule, after, now_us);
+                }
+                return Ok(decision);
+            }
+            (State::Window(w), Algo::Window) => {
+                let (decision, after) = w
+                    .convert(&self.rule, &rule, now_us)
+                    .decide(&rule, cost, now_us);
+                if decision.allowed && commit {
+                    *w = after;
+                }
+                decision
+            }
+            (State::Window(w), Algo::Sliding) => {
+                let s = Sliding::from_fixed(w.convert(&self.rule, &rule, now_us));
+                let (decision, after) = s.decide(&rule, cost, now_us);
+                if decision.allowed && commit {
+                    self.state = State::Sliding(after);
+                }
+                decision
+            }
+            (State::Sliding(s), Algo::Sliding) => {
+                let (decision, after) = s
+                    .convert(&self.rule, &rule, now_us)
+                    .decide(&rule, cost, now_us);
+                if decision.allowed && commit {
+                    *s = after;
+                }
+                decision
+            }
+            (State::Sliding(s), Algo::Window) => {
+                let w = s.convert(&self.rule, &rule, now_us).to_fixed();
+                let (decision, after) = w.decide(&rule, cost, now_us);
+                if decision.allowed && commit {
+                    self.state = State::Window(after);
+                }
+                decision
+            }
+            (State::Log(log), Algo::Log) => {
+                let decision = log.decide(&rule, cost, now_us);
+                if decision.allowed && commit {
+                    log.record(&rule, cost, now_us);
+                }
+                decision
+            }
+            _ => {
+                return Err(Error::AlgoMismatch {
+                    stored: self.algo().name(),
+                    asked: algo.name(),
+                })
+            }
+        };
+        if decision.allowed && commit {
+            self.rule = rule;
         }
         Ok(decision)
     }
@@ -135,7 +212,7 @@ impl Limiter {
             Algo::Bucket => {
                 let updated_us = match self.state {
                     State::Bucket { updated_us, .. } => updated_us.max(now_us),
-                    State::Gcra { .. } => now_us,
+                    _ => now_us,
                 };
                 State::Bucket {
                     updated_us,
@@ -154,12 +231,28 @@ impl Limiter {
 
     /// The instant (µs since the epoch) from which this state equals an absent key: full again.
     pub fn full_at_us(&self) -> u64 {
-        match self.state {
+        match &self.state {
             State::Gcra { tat } => rate::ticks_to_us(&self.rule, tat.get()),
             State::Bucket { updated_us, level } => {
                 let missing = rate::capacity(&self.rule) - level.get();
                 updated_us.saturating_add(rate::ticks_to_us(&self.rule, missing))
             }
+            State::Window(w) => w.full_at_us(&self.rule),
+            State::Sliding(s) => s.full_at_us(&self.rule),
+            State::Log(log) => log.full_at_us(&self.rule),
+        }
+    }
+
+    /// When the key holding this limiter expires: the millisecond it is full again.
+    pub fn expire_at_ms(&self) -> u64 {
+        self.full_at_us().div_ceil(1000)
+    }
+
+    /// Bytes this limiter holds outside its own struct.
+    pub fn heap_bytes(&self) -> usize {
+        match &self.state {
+            State::Log(log) => std::mem::size_of::<Log>() + log.heap_bytes(),
+            _ => 0,
         }
     }
 }
@@ -191,13 +284,13 @@ mod tests {
             }
             let d = l.admit(algo, r, 1, T0, false).unwrap();
             assert!(!d.allowed);
-            assert_eq!(d.retry_after_ms, 500);
-            assert_eq!(d.reset_after_ms, 10_000);
+            assert_eq!(d.retry_after_ms(), 500);
+            assert_eq!(d.reset_after_ms(), 10_000);
             // 1.5 s later three tokens are back; an export of cost 10 waits 3.5 s.
             let d = l.admit(algo, r, 10, T0 + 1_500_000, false).unwrap();
             assert!(!d.allowed);
             assert_eq!(d.remaining, 3);
-            assert_eq!(d.retry_after_ms, 3500);
+            assert_eq!(d.retry_after_ms(), 3500);
             // Waiting exactly retry_after_ms is enough.
             let d = l.admit(algo, r, 10, T0 + 5_000_000, false).unwrap();
             assert!(d.allowed, "{algo:?}");

@@ -14,12 +14,24 @@ pub struct Decision {
     pub allowed: bool,
     /// Units that could still be admitted at once after this decision.
     pub remaining: u64,
-    /// 0 when allowed; otherwise how long until this same request would be admitted.
-    pub retry_after_ms: u64,
-    /// How long until the key is back to full (and expires).
-    pub reset_after_ms: u64,
+    /// 0 when allowed; otherwise how long until this same request would be admitted (µs).
+    pub retry_after_us: u64,
+    /// How long until the key is back to full, and expires (µs).
+    pub reset_after_us: u64,
     /// The capacity.
     pub limit: u64,
+}
+
+impl Decision {
+    /// `retry_after` in milliseconds, rounded up: waiting this long is always enough.
+    pub fn retry_after_ms(&self) -> u64 {
+        self.retry_after_us.div_ceil(1000)
+    }
+
+    /// `reset_after` in milliseconds, rounded up.
+    pub fn reset_after_ms(&self) -> u64 {
+        self.reset_after_us.div_ceil(1000)
+    }
 }
 
 /// One token in ticks.
@@ -45,10 +57,6 @@ pub fn ticks_to_us(rule: &Rule, ticks: i128) -> u64 {
     u64::try_from(us).unwrap_or(u64::MAX)
 }
 
-fn us_to_ms(us: u64) -> u64 {
-    us.div_ceil(1000)
-}
-
 /// Decides a request of `cost` units against `level` ticks. Returns the decision and the level
 /// after it (unchanged when refused).
 pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
@@ -56,16 +64,16 @@ pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
     let need = i128::from(cost) * token(rule);
     let allowed = level >= need;
     let after = if allowed { level - need } else { level };
-    let retry_after_ms = if allowed {
+    let retry_after_us = if allowed {
         0
     } else {
-        us_to_ms(ticks_to_us(rule, need - level))
+        ticks_to_us(rule, need - level)
     };
     let decision = Decision {
         allowed,
         remaining: u64::try_from(after.max(0) / token(rule)).unwrap_or(0),
-        retry_after_ms,
-        reset_after_ms: us_to_ms(ticks_to_us(rule, cap - after)),
+        retry_after_us,
+        reset_after_us: ticks_to_us(rule, cap - after),
         limit: rule.burst(),
     };
     (decision, after)
@@ -108,8 +116,8 @@ mod tests {
         }
         let (d, after) = decide(&r, level, 1);
         assert!(!d.allowed);
-        assert_eq!(d.retry_after_ms, 500);
-        assert_eq!(d.reset_after_ms, 10_000);
+        assert_eq!(d.retry_after_ms(), 500);
+        assert_eq!(d.reset_after_ms(), 10_000);
         assert_eq!(after, level);
     }
 
@@ -118,7 +126,7 @@ mod tests {
         let r = p_read();
         let (d, _) = decide(&r, 3 * token(&r), 10);
         assert!(!d.allowed);
-        assert_eq!(d.retry_after_ms, 3500);
+        assert_eq!(d.retry_after_ms(), 3500);
         assert_eq!(d.remaining, 3);
     }
 

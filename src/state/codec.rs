@@ -14,41 +14,43 @@
 //! | 8 | limit |
 //! | 8 | period in µs |
 //! | 8 | capacity (BURST) |
-//! | 16 | gcra: TAT (µs × limit); bucket: 8 bytes µs of the count, 16 bytes level in ticks |
+//! | … | the algorithm's state, below |
+//!
+//! | algorithm | state |
+//! |---|---|
+//! | 0 gcra | TAT in µs × limit (i128) |
+//! | 1 bucket | µs of the count (u64), level in ticks (i128) |
+//! | 2 window | window start µs (u64), count (u64) |
+//! | 3 sliding | window start µs (u64), previous count (u64), current count (u64) |
+//! | 4 log | entry count (u32), then per entry: µs (u64), cost (u32), oldest first |
+
+use std::collections::VecDeque;
+
+use smallvec::SmallVec;
 
 use crate::core::error::Error;
 use crate::core::limiter::{Limiter, State, Wide};
-use crate::core::rule::{Algo, Rule};
+use crate::core::log::{Entry, Log};
+use crate::core::rule::{Algo, Rule, MAX_LOG_LIMIT};
+use crate::core::window::{Fixed, Sliding};
 
 pub const VERSION: u8 = 1;
-/// Longest encoding of a gcra or bucket limiter.
-pub const MAX_RATE_LEN: usize = 50;
 
-/// A fixed-capacity output buffer: encoding never allocates.
-pub struct Encoded {
-    buf: [u8; MAX_RATE_LEN],
-    len: usize,
-}
+/// An encoding; the fixed-size states fit inline, so encoding them never allocates.
+pub struct Encoded(SmallVec<[u8; 64]>);
 
 impl Encoded {
     fn push(&mut self, bytes: &[u8]) {
-        // The layout is fixed and fits MAX_RATE_LEN; `get_mut` keeps an error from panicking.
-        if let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) {
-            dst.copy_from_slice(bytes);
-            self.len += bytes.len();
-        }
+        self.0.extend_from_slice(bytes);
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or(&[])
+        &self.0
     }
 }
 
 pub fn encode(limiter: &Limiter) -> Encoded {
-    let mut out = Encoded {
-        buf: [0; MAX_RATE_LEN],
-        len: 0,
-    };
+    let mut out = Encoded(SmallVec::new());
     let rule = limiter.rule();
     out.push(&[VERSION, limiter.algo().code()]);
     out.push(&rule.limit().to_le_bytes());
@@ -59,6 +61,28 @@ pub fn encode(limiter: &Limiter) -> Encoded {
         State::Bucket { updated_us, level } => {
             out.push(&updated_us.to_le_bytes());
             out.push(&level.get().to_le_bytes());
+        }
+        State::Window(w) => {
+            out.push(&w.start_us.to_le_bytes());
+            out.push(&w.count.to_le_bytes());
+        }
+        State::Sliding(s) => {
+            out.push(&s.start_us.to_le_bytes());
+            out.push(&s.previous.to_le_bytes());
+            out.push(&s.current.to_le_bytes());
+        }
+        State::Log(log) => {
+            let entries = log.entries();
+            // A log holds at most MAX_LOG_LIMIT entries, which fits u32.
+            out.push(
+                &u32::try_from(entries.len())
+                    .unwrap_or(u32::MAX)
+                    .to_le_bytes(),
+            );
+            for e in entries {
+                out.push(&e.at_us.to_le_bytes());
+                out.push(&e.cost.to_le_bytes());
+            }
         }
     }
     out
@@ -80,6 +104,10 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self) -> Result<u8, Error> {
         Ok(self.take::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.take()?))
     }
 
     fn u64(&mut self) -> Result<u64, Error> {
@@ -112,7 +140,34 @@ fn decode_v1(r: &mut Reader<'_>) -> Result<Limiter, Error> {
             updated_us: r.u64()?,
             level: Wide::new(r.i128()?),
         },
-        _ => return Err(Error::BadPayload("unknown algorithm")),
+        Algo::Window => State::Window(Fixed {
+            start_us: r.u64()?,
+            count: r.u64()?,
+        }),
+        Algo::Sliding => State::Sliding(Sliding {
+            start_us: r.u64()?,
+            previous: r.u64()?,
+            current: r.u64()?,
+        }),
+        Algo::Log => {
+            let n = r.u32()?;
+            if u64::from(n) > MAX_LOG_LIMIT {
+                return Err(Error::BadPayload("log longer than its largest limit"));
+            }
+            // Each entry takes 12 bytes: check the length before reserving memory for it.
+            if r.rest.len() != n as usize * 12 {
+                return Err(Error::BadPayload("log length does not match its entries"));
+            }
+            let mut entries = VecDeque::with_capacity(n as usize);
+            for _ in 0..n {
+                entries.push_back(Entry {
+                    at_us: r.u64()?,
+                    cost: r.u32()?,
+                });
+            }
+            let log = Log::from_entries(entries).ok_or(Error::BadPayload("log out of order"))?;
+            State::Log(Box::new(log))
+        }
     };
     if !r.rest.is_empty() {
         return Err(Error::BadPayload("trailing bytes"));
@@ -125,18 +180,19 @@ mod tests {
     use super::*;
 
     fn sample(algo: Algo) -> Limiter {
-        let rule = Rule::new(algo, 2, 1_000_000, Some(20)).unwrap();
+        let burst = matches!(algo, Algo::Gcra | Algo::Bucket).then_some(20);
+        let rule = Rule::new(algo, 20, 1_000_000, burst).unwrap();
         let mut l = Limiter::new(algo, rule);
-        for _ in 0..7 {
-            l.admit(algo, rule, 1, 1_764_000_000_123_456, false)
-                .unwrap();
+        for i in 0..7 {
+            let now = 1_764_000_000_123_456 + i * 1000;
+            l.admit(algo, rule, 1 + i % 2, now, false).unwrap();
         }
         l
     }
 
     #[test]
     fn round_trips() {
-        for algo in [Algo::Gcra, Algo::Bucket] {
+        for algo in Algo::ALL {
             let l = sample(algo);
             assert_eq!(decode(encode(&l).as_bytes()), Ok(l));
         }
@@ -144,14 +200,14 @@ mod tests {
 
     #[test]
     fn every_truncation_and_extension_is_refused() {
-        for algo in [Algo::Gcra, Algo::Bucket] {
+        for algo in Algo::ALL {
             let bytes = encode(&sample(algo)).as_bytes().to_vec();
             for n in 0..bytes.len() {
                 assert!(decode(&bytes[..n]).is_err(), "{algo:?} prefix {n}");
             }
             let mut longer = bytes.clone();
             longer.push(0);
-            assert_eq!(decode(&longer), Err(Error::BadPayload("trailing bytes")));
+            assert!(decode(&longer).is_err(), "{algo:?} with a trailing byte");
         }
     }
 
@@ -169,6 +225,30 @@ mod tests {
         assert!(corrupt(9, 0xff).is_err(), "limit above the bound");
         assert!(corrupt(17, 0xff).is_err(), "period above the bound");
         assert!(corrupt(49, 0x7f).is_err(), "level above the capacity");
+    }
+
+    #[test]
+    fn corrupt_logs_are_refused() {
+        let bytes = encode(&sample(Algo::Log)).as_bytes().to_vec();
+        assert!(decode(&bytes).is_ok());
+        let mut count = bytes.clone();
+        count[26] += 1;
+        assert!(
+            decode(&count).is_err(),
+            "entry count larger than the entries"
+        );
+        let mut huge = bytes.clone();
+        huge[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(
+            decode(&huge).is_err(),
+            "entry count beyond the largest limit"
+        );
+        let mut order = bytes.clone();
+        order[30..38].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&order).is_err(), "entries out of order");
+        let mut zero = bytes.clone();
+        zero[38..42].copy_from_slice(&0u32.to_le_bytes());
+        assert!(decode(&zero).is_err(), "an entry of cost 0");
     }
 
     /// A frozen version-1 payload: decoding it must keep working in every later release.

@@ -88,8 +88,9 @@ unsafe extern "C" fn aof_rewrite(
     }
 }
 
-unsafe extern "C" fn mem_usage(_value: *const c_void) -> usize {
-    std::mem::size_of::<Limiter>()
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    let limiter = &*value.cast::<Limiter>();
+    std::mem::size_of::<Limiter>() + limiter.heap_bytes()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {

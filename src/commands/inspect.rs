@@ -1,0 +1,65 @@
+//! `RL.INFO key`: explains a key, so that "why was I refused?" has an answer at the prompt.
+
+use super::reply::{int, Value};
+use super::{Call, CmdError, Key};
+use crate::clock;
+use crate::core::error::Error;
+use crate::core::limiter::State;
+use crate::core::rate;
+
+pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
+    if call.args.len() != 2 {
+        return Err(Error::Arity("RL.INFO").into());
+    }
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let ttl = key.ttl_ms();
+    let Some(limiter) = key.limiter()? else {
+        call.reply().value(Value::Null);
+        return Ok(());
+    };
+    let now = clock::now_us();
+    let rule = *limiter.rule();
+    let algo = limiter.algo();
+    // A request of cost 0 decides nothing and spends nothing: it reads the current state.
+    let peek = limiter.admit(algo, rule, 0, now, true)?;
+    let mut fields: Vec<(&str, Value<'_>)> = vec![
+        ("algo", Value::Bytes(algo.name().as_bytes())),
+        ("limit", Value::Int(int(rule.limit()))),
+        ("period_ms", Value::Int(int(rule.period_us() / 1000))),
+        ("capacity", Value::Int(int(rule.burst()))),
+        ("remaining", Value::Int(int(peek.remaining))),
+        ("reset_after_ms", Value::Int(int(peek.reset_after_ms()))),
+    ];
+    let signed = |v: i128| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
+    match limiter.state() {
+        State::Gcra { tat } => {
+            let tat_us = rate::ticks_to_us(&rule, tat.get());
+            fields.push(("tat_us", Value::Int(int(tat_us))));
+        }
+        State::Bucket { updated_us, level } => {
+            let token = rate::token(&rule);
+            fields.push(("tokens", signed(level.get().div_euclid(token))));
+            fields.push(("updated_us", Value::Int(int(*updated_us))));
+        }
+        State::Window(w) => {
+            fields.push(("window_start_ms", Value::Int(int(w.start_us / 1000))));
+            fields.push(("count", Value::Int(int(w.count))));
+        }
+        State::Sliding(s) => {
+            fields.push(("window_start_ms", Value::Int(int(s.start_us / 1000))));
+            fields.push(("previous", Value::Int(int(s.previous))));
+            fields.push(("current", Value::Int(int(s.current))));
+        }
+        State::Log(log) => {
+            fields.push(("entries", Value::Int(int(log.entries().len() as u64))));
+            fields.push(("logged_units", Value::Int(int(log.total()))));
+        }
+    }
+    fields.push(("ttl_ms", ttl.map_or(Value::Int(-1), |t| Value::Int(int(t)))));
+    let reply = call.reply();
+    let map = reply.map(fields.len());
+    for (name, v) in fields {
+        map.field(name, v);
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! `CL.THROTTLE key max_burst count period [quantity]`: a drop-in for the redis-cell module.
+
+use super::admit::written;
+use super::key::Kind;
+use super::{Call, CmdError, Key};
+use crate::clock;
+use crate::core::error::Error;
+use crate::core::limiter::Limiter;
+use crate::core::rule::Algo;
+use crate::core::throttle::{from_redis_cell, parse_throttle, throttle, ThrottleReply};
+use crate::stats;
+
+pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
+    let result = run_throttle(call);
+    stats::THROTTLE.count(result.as_ref().ok().map(|r| !r.limited));
+    let r = result?;
+    let reply = call.reply();
+    // redis-cell replies a plain array in every protocol; so does the drop-in.
+    reply.array(5);
+    for v in [
+        i64::from(r.limited),
+        i64::try_from(r.limit).unwrap_or(i64::MAX),
+        i64::try_from(r.remaining).unwrap_or(i64::MAX),
+        r.retry_after_s,
+        r.reset_after_s,
+    ] {
+        reply.value(super::reply::Value::Int(v));
+    }
+    Ok(())
+}
+
+fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
+    let Some(rest) = call.args.get(2..) else {
+        return Err(Error::Arity("CL.THROTTLE").into());
+    };
+    let req = parse_throttle(rest)?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let now = clock::now_us();
+    let (reply, changed) = match key.kind() {
+        Kind::Limiter | Kind::Empty => match key.limiter()? {
+            Some(limiter) => throttle(limiter, &req, now)?,
+            None => {
+                let mut limiter = Limiter::new(Algo::Gcra, req.rule);
+                let (reply, changed) = throttle(&mut limiter, &req, now)?;
+                if changed {
+                    key.set(limiter);
+                }
+                (reply, changed)
+            }
+        },
+        // A key written by redis-cell: its TAT carries over, so users can swap modules on a
+        // live dataset. It becomes a native key on its first admission.
+        Kind::String => {
+            let value = key.string_value().unwrap_or_default();
+            let mut limiter = from_redis_cell(value, req.rule).ok_or(CmdError::WrongType)?;
+            let (reply, changed) = throttle(&mut limiter, &req, now)?;
+            if changed {
+                key.set(limiter);
+            }
+            (reply, changed)
+        }
+        Kind::Other => return Err(CmdError::WrongType),
+    };
+    if changed {
+        written(call, &mut key, 1)?;
+    }
+    Ok(reply)
+}

@@ -1,264 +1,235 @@
 #!/usr/bin/env bash
-# End-to-end cost of RL.ADMIT inside a real Redis, side by side with INCR (the floor) and the
-# Lua GCRA script teams write today, plus the memory an idle key costs.
+# End-to-end cost of the module's commands inside a real Redis, in one run on one server, side
+# by side with INCR (the floor), SET .. PX (a write with a TTL) and the Lua scripts teams write
+# today, plus the memory an idle key of each algorithm costs.
 #
 #   bash benches/e2e.sh                 # builds the module, runs everything, prints Markdown
 #
-# Environment (all optional):
-#   REDIS_SERVER  redis-server binary        (default /usr/bin/redis-server)
-#   N             requests per benchmark run (default 400000)
+# Environment (all optional; see also benches/lib.sh):
+#   N             requests per benchmark run (default 200000; the 5-key commands get N/8)
 #   ROUNDS        rounds of every benchmark; the table shows the median (default 3)
 #   KEYS          random keys per benchmark and keys per memory case (default 100000)
+#   ONLY          a regular expression: time only the commands whose name matches
 #   SKIP_BUILD=1  use the existing target/release/librl.so
+#   MODULE        load this librl.so instead of building one
+#   SKIP_MEMORY=1 skip the memory cases
 #
 # One redis-server on a free 127.0.0.1 port with its own --dir under /tmp, killed at the end.
-# Nothing outside 127.0.0.0/8 is contacted.
+# Nothing outside 127.0.0.0/8 is contacted. Progress goes to stderr, the tables to stdout.
 set -euo pipefail
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
-BIN_DIR=$(dirname "$REDIS_SERVER")
-REDIS_CLI=${REDIS_CLI:-$BIN_DIR/redis-cli}
-REDIS_BENCHMARK=${REDIS_BENCHMARK:-$BIN_DIR/redis-benchmark}
-N=${N:-400000}
+N=${N:-200000}
 ROUNDS=${ROUNDS:-3}
-KEYS=${KEYS:-100000}
-MODULE=$ROOT/target/release/librl.so
-HOST=127.0.0.1
+ONLY=${ONLY:-}
 
-log() { printf '%s\n' "$*" >&2; }
-die() { log "e2e.sh: $*"; exit 1; }
-
-for tool in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCHMARK"; do
-    [[ -x $tool ]] || die "$tool not found"
-done
-
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-    log "== cargo build --release"
-    (cd "$ROOT" && cargo build --release >&2)
-fi
-[[ -f $MODULE ]] || die "$MODULE missing: run cargo build --release"
-
-# ---------------------------------------------------------------------------------------------
-# The server
-# ---------------------------------------------------------------------------------------------
-port_is_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-PORT=
-for candidate in $(shuf -i 20000-60000 -n 100); do
-    if port_is_free "$candidate"; then PORT=$candidate; break; fi
-done
-[[ -n $PORT ]] || die "no free port found"
-
-DIR=$(mktemp -d /tmp/rl-e2e.XXXXXX)
-SERVER_PID=
-cleanup() {
-    if [[ -n $SERVER_PID ]]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"$REDIS_SERVER" --port "$PORT" --bind "$HOST" --dir "$DIR" --save '' --appendonly no \
-    --loadmodule "$MODULE" --logfile "$DIR/redis.log" --daemonize no &
-SERVER_PID=$!
-
-cli() { "$REDIS_CLI" -h "$HOST" -p "$PORT" "$@"; }
-for _ in $(seq 100); do
-    [[ $(cli PING 2>/dev/null) == PONG ]] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$DIR/redis.log" >&2; die "redis-server exited"; }
-    sleep 0.1
-done
-[[ $(cli PING 2>/dev/null) == PONG ]] || die "redis-server did not answer on port $PORT"
-cli MODULE LIST | grep -qx rl || die "module rl not loaded"
+need_tools awk
+build_module
+start_server
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-SERVER_VERSION=$(cli INFO server | tr -d '\r' | awk -F: '$1=="redis_version"{print $2}')
-log "== redis-server $SERVER_VERSION on $HOST:$PORT (pid $SERVER_PID), dir $DIR"
+load_scripts
+define_benches
 
 # ---------------------------------------------------------------------------------------------
-# The Lua script teams write today: GCRA over a string key holding the TAT in µs.
-# ARGV: limit, period in µs, burst, cost. Reply as RL.ADMIT's: allowed, remaining,
-# retry_after_ms, reset_after_ms, limit.
+# Sanity: the scripts take the module's decisions on small worked examples; stop otherwise.
 # ---------------------------------------------------------------------------------------------
-read -r -d '' LUA_GCRA <<'LUA' || true
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = period / limit
-local capacity = burst * interval
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local new_tat = tat + cost * interval
-local allow_at = new_tat - capacity
-if allow_at > now then
-  local remaining = math.floor((capacity - (tat - now)) / interval)
-  return {0, remaining, math.ceil((allow_at - now) / 1000), math.ceil((tat - now) / 1000), burst}
-end
-local reset_ms = math.ceil((new_tat - now) / 1000)
-redis.call('SET', KEYS[1], string.format('%d', math.ceil(new_tat)), 'PX', reset_ms)
-return {1, math.floor((now - allow_at) / interval), 0, reset_ms, burst}
-LUA
-SHA=$(cli SCRIPT LOAD "$LUA_GCRA")
-[[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD failed: $SHA"
-
-# ---------------------------------------------------------------------------------------------
-# Sanity: the script and RL.ADMIT take the same decisions on the P-READ example
-# (2 per second, BURST 20: 20 admitted at once, the 21st refused for ~500 ms).
-# ---------------------------------------------------------------------------------------------
-sanity() { # $1: label, rest: command with KEY placeholder
-    local label=$1; shift
-    local allowed=0 out
-    for _ in $(seq 20); do
-        out=$(cli "${@/KEY/sanity:$label}" | head -1)
-        allowed=$((allowed + out))
-    done
-    out=$(cli "${@/KEY/sanity:$label}" | tr '\n' ' ')
-    log "   $label: $allowed of 20 admitted; 21st -> $out"
-    [[ $allowed == 20 && $out == 0\ 0\ * ]] || die "$label does not follow the P-READ example"
+sanity() { # $1: label, $2: calls that must be admitted, $3: reply field 1 when admitted, rest:
+    # the command with KEY for the key. One more call must be refused. All calls go in one
+    # pipeline, so that no capacity refills between them even on a loaded machine.
+    local label=$1 want=$2 yes=$3; shift 3
+    local replies admitted out
+    replies=$(for _ in $(seq $((want + 1))); do echo "${@/KEY/sanity:$label}"; done | cli)
+    admitted=$(awk -v y="$yes" -v w="$want" 'NR % 5 == 1 && NR <= 5 * w && $0 == y {n++} END {print n + 0}' <<<"$replies")
+    out=$(tail -5 <<<"$replies" | tr '\n' ' ')
+    log "   $label: $admitted of $want admitted; next -> $out"
+    [[ $admitted == "$want" && ${out%% *} != "$yes" ]] || die "$label: not the worked example"
+    [[ $yes == 0 || $out == 0\ 0\ * ]] || die "$label: the refusal should leave 0 remaining"
 }
-log "== sanity (reply: allowed remaining retry_after_ms reset_after_ms limit)"
-sanity rl-gcra RL.ADMIT KEY 2 1s BURST 20
-sanity rl-bucket RL.ADMIT KEY 2 1s BURST 20 ALGO bucket
-sanity lua EVALSHA "$SHA" 1 KEY 2 1000000 20 1
+log "== sanity"
+log "   P-READ (2 per 1s, BURST 20: 20 at once, then refused; reply: allowed remaining retry reset limit)"
+sanity rl-gcra 20 1 RL.ADMIT KEY 2 1s BURST 20
+sanity rl-bucket 20 1 RL.ADMIT KEY 2 1s BURST 20 ALGO bucket
+sanity lua 20 1 EVALSHA "$SHA" 1 KEY 2 1000000 20 1
+log "   the same with CL.THROTTLE (max_burst 19: capacity 20; reply: limited limit remaining retry_s reset_s)"
+sanity cl 20 0 CL.THROTTLE KEY 19 2 1
+log "   3 per 3650d: 3 admitted, the 4th refused"
+for algo in window sliding log; do sanity "rl-$algo" 3 1 RL.ADMIT KEY 3 3650d ALGO "$algo"; done
+
+# RL.MULTI against gcra_all.lua: rules a..e; c (10 per hour) is the tightest, so 10 calls are
+# admitted and the 11th and 12th are refused by c, each spending nothing: remaining stays
+# 90 10 0 40 990 (the 12th call checks that the 11th did not debit the other four).
+multi_line() { # $1: "multi" or "lua": one call, printed as "allowed denied_by remaining..."
+    local keys="{s:$1}:a {s:$1}:b {s:$1}:c {s:$1}:d {s:$1}:e" reply
+    if [[ $1 == multi ]]; then
+        # shellcheck disable=SC2086
+        reply=$(cli RL.MULTI 5 $keys RULE a 100 1h RULE b 20 1h RULE c 10 1h RULE d 50 1h RULE e 1000 1d)
+    else
+        # shellcheck disable=SC2086
+        reply=$(cli EVALSHA "$SHA_ALL" 5 $keys a 100 3600000000 100 1 b 20 3600000000 20 1 \
+            c 10 3600000000 10 1 d 50 3600000000 50 1 e 1000 86400000000 1000 1)
+    fi
+    # allowed, denied_by (empty when nil), retry, then name remaining reset per rule
+    awk 'NR==1 || NR==2 {printf "%s ", ($0 == "" ? "-" : $0)} NR>3 && (NR-3)%3==2 {printf "%s ", $0} END {print ""}' <<<"$reply"
+}
+log "   RL.MULTI vs gcra_all.lua (a 100/h, b 20/h, c 10/h, d 50/h, e 1000/d; reply: allowed denied_by remaining x5)"
+for call in $(seq 12); do
+    m=$(multi_line multi)
+    l=$(multi_line lua)
+    [[ $m == "$l" ]] || die "call $call: RL.MULTI says '$m', gcra_all.lua '$l'"
+    case $call in
+        10) [[ $m == "1 - 90 10 0 40 990 " ]] || die "call 10: $m"; tenth=$m ;;
+        11 | 12) [[ $m == "0 c 90 10 0 40 990 " ]] || die "call $call: $m" ;;
+    esac
+done
+log "   call 10: $tenth(both); calls 11 and 12: $m(both)"
 cli FLUSHALL SYNC >/dev/null
 
 # ---------------------------------------------------------------------------------------------
 # Throughput: usec_per_call from INFO commandstats after CONFIG RESETSTAT.
 # ---------------------------------------------------------------------------------------------
-# name | commandstats entry (lower case) | command (with __rand_int__ in the key)
-BENCHES=(
-    "INCR|incr|INCR bench:incr:__rand_int__"
-    "SET PX (a write with a TTL)|set|SET bench:set:__rand_int__ 1764000000000000000 PX 60000"
-    "RL.ADMIT gcra|rl.admit|RL.ADMIT bench:gcra:__rand_int__ 1000000 1s"
-    "RL.ADMIT bucket|rl.admit|RL.ADMIT bench:bucket:__rand_int__ 1000000 1s ALGO bucket"
-    "Lua GCRA (EVALSHA)|evalsha|EVALSHA $SHA 1 bench:lua:__rand_int__ 1000000 1000000 1000000 1"
-    "RL.ADMIT gcra, warm key|rl.admit|RL.ADMIT bench:warm:__rand_int__ 10000000 3650d"
-    "Lua GCRA, warm key|evalsha|EVALSHA $SHA 1 bench:luawarm:__rand_int__ 10000000 315360000000000 10000000 1"
-)
+selected() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
 
-stat_field() { # $1: commandstats entry, $2: field
-    cli INFO commandstats | tr -d '\r' |
-        awk -F'[:,]' -v c="cmdstat_$1" -v f="$2" 'tolower($1)==c { for (i=2;i<=NF;i++) { split($i,kv,"="); if (kv[1]==f) print kv[2] } }'
-}
+log "== populating the existing-key variants: $KEYS keys each"
+for entry in "${BENCHES[@]}"; do
+    IFS='|' read -r name _ _ _ _ populate <<<"$entry"
+    selected "$name" || continue
+    [[ -n $populate ]] || continue
+    IFS=';' read -r -a populates <<<"$populate"
+    for command in "${populates[@]}"; do
+        # shellcheck disable=SC2086
+        pipe_all $command
+    done
+done
+log "   $(cli DBSIZE) keys"
 
 declare -A USEC RPS
-log "== throughput: redis-benchmark -P 16 -n $N -c 50 -r $KEYS, $ROUNDS round(s)"
+log "== throughput: redis-benchmark -P 16 -n $N (the 5-key commands: N/8) -c 50 -r $KEYS, $ROUNDS round(s)"
 for round in $(seq "$ROUNDS"); do
     for entry in "${BENCHES[@]}"; do
-        IFS='|' read -r name stat command <<<"$entry"
+        IFS='|' read -r name stat div _ command _ <<<"$entry"
+        selected "$name" || continue
+        n=$((N / div))
         cli CONFIG RESETSTAT >/dev/null
         # shellcheck disable=SC2086 # the command is split into its arguments on purpose
-        summary=$("$REDIS_BENCHMARK" -h "$HOST" -p "$PORT" -P 16 -n "$N" -c 50 -r "$KEYS" -q \
+        summary=$("$REDIS_BENCHMARK" -h "$HOST" -p "$PORT" -P 16 -n "$n" -c 50 -r "$KEYS" -q \
             $command 2>&1 | tr '\r' '\n' | grep 'requests per second' | tail -1)
         rps=$(awk '{for (i=1;i<=NF;i++) if ($(i+1)=="requests") print $i}' <<<"$summary")
         usec=$(stat_field "$stat" usec_per_call)
         calls=$(stat_field "$stat" calls)
         failed=$(stat_field "$stat" failed_calls)
-        [[ -n $usec && $calls -ge $N ]] || die "$name: no commandstats (calls=$calls): $summary"
+        [[ -n $usec && $calls -ge $n ]] || die "$name: no commandstats (calls=$calls): $summary"
         [[ ${failed:-0} == 0 ]] || die "$name: $failed failed calls"
         USEC[$name]+="$usec "
         RPS[$name]+="$rps "
-        log "   round $round  $(printf '%-24s' "$name") usec_per_call=$usec  rps=$rps  calls=$calls"
+        log "   round $round  $(printf '%-32s' "$name") usec_per_call=$usec  rps=$rps  calls=$calls"
     done
-    cli FLUSHALL SYNC >/dev/null
 done
+cli FLUSHALL SYNC >/dev/null
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 # ---------------------------------------------------------------------------------------------
 # Memory per idle key: used_memory delta over $KEYS keys of each kind, same key names.
 # ---------------------------------------------------------------------------------------------
-resp() { # emits RESP for i in [0, KEYS); "__i__" in an argument becomes i
-    awk -v n="$KEYS" -v args="$*" 'BEGIN {
-        m = split(args, a, " ")
-        for (i = 0; i < n; i++) {
-            out = "*" m "\r\n"
-            for (j = 1; j <= m; j++) {
-                s = a[j]; k = index(s, "__i__")
-                if (k) s = substr(s, 1, k - 1) i substr(s, k + 5)
-                out = out "$" length(s) "\r\n" s "\r\n"
-            }
-            printf "%s", out
-        }
-    }' # (no gsub: it is ~100x slower in mawk)
-}
 used_memory() { cli INFO memory | tr -d '\r' | awk -F: '$1=="used_memory"{print $2}'; }
 
-# name | command creating key "user:__i__" with a TTL of 60 s
+# name | calls per key | command creating key "user:__i__"
 MEMS=(
-    "RL.ADMIT gcra|RL.ADMIT user:__i__ 1 1m"
-    "redis-cell equivalent (SET 19-digit TAT PX)|SET user:__i__ 1764000000000000000 PX 60000"
-    "Lua GCRA key|EVALSHA $SHA 1 user:__i__ 1 60000000 1 1"
+    "RL.ADMIT gcra|1|RL.ADMIT user:__i__ 10 3650d"
+    "RL.ADMIT bucket|1|RL.ADMIT user:__i__ 10 3650d ALGO bucket"
+    "RL.ADMIT window|1|RL.ADMIT user:__i__ 10 3650d ALGO window"
+    "RL.ADMIT sliding|1|RL.ADMIT user:__i__ 10 3650d ALGO sliding"
+    "RL.ADMIT log, 1 entry|1|RL.ADMIT user:__i__ 10 3650d ALGO log"
+    "RL.ADMIT log, 5 entries|5|RL.ADMIT user:__i__ 10 3650d ALGO log"
+    "redis-cell equivalent (SET 19-digit TAT PX)|1|SET user:__i__ 1764000000000000000 PX 60000"
+    "Lua GCRA key|1|EVALSHA $SHA 1 user:__i__ 1 60000000 1 1"
 )
 declare -A BYTES USAGE
-log "== memory: $KEYS keys user:0 .. user:$((KEYS - 1)) of each kind, TTL 60 s"
-for entry in "${MEMS[@]}"; do
-    IFS='|' read -r name command <<<"$entry"
+if [[ ${SKIP_MEMORY:-0} != 1 ]]; then
+    log "== memory: $KEYS keys user:0 .. user:$((KEYS - 1)) of each kind"
+    for entry in "${MEMS[@]}"; do
+        IFS='|' read -r name repeat command <<<"$entry"
+        cli FLUSHALL SYNC >/dev/null
+        sleep 0.2
+        before=$(used_memory)
+        # shellcheck disable=SC2086
+        REPEAT=$repeat pipe_all $command
+        sleep 1 # let incremental rehashing finish
+        after=$(used_memory)
+        size=$(cli DBSIZE)
+        [[ $size == "$KEYS" ]] || die "$name: DBSIZE $size, expected $KEYS"
+        BYTES[$name]=$(awk -v a="$after" -v b="$before" -v n="$KEYS" 'BEGIN {printf "%.1f", (a-b)/n}')
+        USAGE[$name]=$(cli MEMORY USAGE user:0)
+        log "   $(printf '%-44s' "$name") delta=$((after - before)) bytes  per key=${BYTES[$name]}  MEMORY USAGE user:0=${USAGE[$name]}  PTTL=$(cli PTTL user:0) ms"
+    done
     cli FLUSHALL SYNC >/dev/null
-    sleep 1
-    before=$(used_memory)
-    # shellcheck disable=SC2086
-    piped=$(resp $command | cli --pipe 2>&1 | tail -1)
-    [[ $piped == *"errors: 0, replies: $KEYS"* ]] || die "$name: pipe: $piped"
-    sleep 1 # let incremental rehashing finish
-    after=$(used_memory)
-    size=$(cli DBSIZE)
-    [[ $size == "$KEYS" ]] || die "$name: DBSIZE $size, expected $KEYS"
-    BYTES[$name]=$(awk -v a="$after" -v b="$before" -v n="$KEYS" 'BEGIN {printf "%.1f", (a-b)/n}')
-    USAGE[$name]=$(cli MEMORY USAGE user:0)
-    log "   $(printf '%-44s' "$name") delta=$((after - before)) bytes  per key=${BYTES[$name]}  MEMORY USAGE user:0=${USAGE[$name]}  TTL=$(cli PTTL user:0) ms"
-done
-cli FLUSHALL SYNC >/dev/null
+fi
 
 # ---------------------------------------------------------------------------------------------
-# The table
+# The tables
 # ---------------------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a/b}'; }
 declare -A MED
 for entry in "${BENCHES[@]}"; do
-    IFS='|' read -r name _ _ <<<"$entry"
+    IFS='|' read -r name _ _ _ _ _ <<<"$entry"
+    selected "$name" || continue
     MED[$name]=$(median <<<"${USEC[$name]}")
 done
-incr=${MED[INCR]}
+get() { [[ -n $1 ]] && echo "${MED[$1]:-}"; }
 
-REV=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
 echo
-echo "Redis $SERVER_VERSION, $(nproc) cores, $(date -u +%Y-%m-%d), redis-rl $REV;"
-echo "redis-benchmark -P 16 -n $N -c 50 -r $KEYS; median of $ROUNDS round(s) of usec_per_call"
-echo "(INFO commandstats: time inside the command only) and requests per second;"
+echo "Redis $SERVER_VERSION, $(nproc) cores, $(date -u +%Y-%m-%d); $MODULE_USED;"
+echo "redis-benchmark -P 16 -n $N (5-key commands: $((N / 8))) -c 50 -r $KEYS; median of $ROUNDS round(s)"
+echo "of usec_per_call (INFO commandstats: time inside the command only) and requests per second;"
 echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-echo "| command | usec_per_call | vs INCR | Lua / this | rps (median) | rounds (usec_per_call) |"
-echo "|---|---:|---:|---:|---:|---|"
+echo "| command | usec_per_call | vs INCR | vs SET PX | compared | rps (median) | rounds (usec_per_call) |"
+echo "|---|---:|---:|---:|---|---:|---|"
+incr=$(get INCR)
+set_px=$(get "SET PX")
 for entry in "${BENCHES[@]}"; do
-    IFS='|' read -r name _ _ <<<"$entry"
+    IFS='|' read -r name _ _ cmp _ _ <<<"$entry"
+    selected "$name" || continue
     usec=${MED[$name]}
-    vs_lua="-"
-    case $name in
-        "RL.ADMIT gcra" | "RL.ADMIT bucket") vs_lua=$(ratio "${MED["Lua GCRA (EVALSHA)"]}" "$usec") ;;
-        "RL.ADMIT gcra, warm key") vs_lua=$(ratio "${MED["Lua GCRA, warm key"]}" "$usec") ;;
-    esac
-    printf '| %s | %s | %s | %s | %s | %s|\n' "$name" "$usec" "$(ratio "$usec" "$incr")" "$vs_lua" \
-        "$(median <<<"${RPS[$name]}")" "${USEC[$name]}"
+    compared="-" ref=
+    [[ -n $cmp ]] && ref=$(get "${cmp:1}")
+    if [[ -n $cmp && -n $ref ]]; then
+        case $cmp in
+            "<"*) compared="$(ratio "$ref" "$usec") cheaper than ${cmp:1}" ;;
+            ">"*) compared="$(ratio "$usec" "$ref") the cost of ${cmp:1}" ;;
+        esac
+    fi
+    printf '| %s | %s | %s | %s | %s | %s | %s|\n' "$name" "$usec" \
+        "$([[ -n $incr ]] && ratio "$usec" "$incr" || echo -)" \
+        "$([[ -n $set_px ]] && ratio "$usec" "$set_px" || echo -)" \
+        "$compared" "$(median <<<"${RPS[$name]}")" "${USEC[$name]}"
 done
+if [[ ${SKIP_MEMORY:-0} != 1 ]]; then
+    echo
+    echo "| idle key ($KEYS keys) | bytes per key (used_memory delta) | MEMORY USAGE of one key |"
+    echo "|---|---:|---:|"
+    for entry in "${MEMS[@]}"; do
+        IFS='|' read -r name _ _ <<<"$entry"
+        printf '| %s | %s | %s |\n' "$name" "${BYTES[$name]}" "${USAGE[$name]}"
+    done
+fi
 echo
-echo "| idle key ($KEYS keys, TTL 60 s) | bytes per key (used_memory delta) | MEMORY USAGE of one key |"
-echo "|---|---:|---:|"
-for entry in "${MEMS[@]}"; do
-    IFS='|' read -r name _ <<<"$entry"
-    printf '| %s | %s | %s |\n' "$name" "${BYTES[$name]}" "${USAGE[$name]}"
-done
-echo
-gcra=${MED["RL.ADMIT gcra"]}
-lua=${MED["Lua GCRA (EVALSHA)"]}
 verdict() { if awk "BEGIN {exit !($1)}"; then echo met; else echo "NOT met"; fi; }
+target() { # $1: text, $2: numerator bench, $3: denominator bench, $4: awk condition on r
+    local a b
+    a=$(get "$2") b=$(get "$3")
+    [[ -n $a && -n $b ]] || return 0
+    echo "- $1: $(ratio "$a" "$b") -> $(verdict "$(awk -v a="$a" -v b="$b" 'BEGIN {print a/b}') $4")"
+}
 echo "Targets:"
-echo "- RL.ADMIT gcra usec_per_call <= 2.5x INCR: $(ratio "$gcra" "$incr") -> $(verdict "$gcra <= 2.5 * $incr")"
-echo "- Lua >= 5x RL.ADMIT gcra: $(ratio "$lua" "$gcra") -> $(verdict "$lua >= 5 * $gcra")"
-echo "- <= 150 bytes per idle gcra key: ${BYTES["RL.ADMIT gcra"]} -> $(verdict "${BYTES["RL.ADMIT gcra"]} <= 150")"
+target "RL.ADMIT gcra <= 2.5x INCR (new key)" "RL.ADMIT gcra" INCR "<= 2.5"
+target "RL.ADMIT gcra <= 2.5x INCR (existing key)" "RL.ADMIT gcra, existing key" INCR "<= 2.5"
+target "Lua >= 5x RL.ADMIT gcra (new key)" "Lua GCRA" "RL.ADMIT gcra" ">= 5"
+target "Lua >= 5x RL.ADMIT gcra (existing key)" "Lua GCRA, existing key" "RL.ADMIT gcra, existing key" ">= 5"
+target "5-key Lua >= 5x RL.MULTI 5 rules (new keys)" "Lua 5 keys" "RL.MULTI 5 rules" ">= 5"
+target "5-key Lua >= 5x RL.MULTI 5 rules (existing keys)" "Lua 5 keys, existing keys" "RL.MULTI 5 rules, existing keys" ">= 5"
+if [[ -n ${BYTES["RL.ADMIT gcra"]:-} ]]; then
+    echo "- <= 150 bytes per idle gcra key: ${BYTES["RL.ADMIT gcra"]} -> $(verdict "${BYTES["RL.ADMIT gcra"]} <= 150")"
+fi
 log "== done in ${SECONDS} s"

@@ -30,6 +30,16 @@ pub fn state(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, li
     }
 }
 
+/// Propagates `DEL key` for a key this command deleted.
+pub fn deleted(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    // SAFETY: "s" matches the one Redis string argument.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key);
+        }
+    }
+}
+
 /// Replays the calling command as it is (for commands whose arguments already fix the result).
 pub fn verbatim(ctx: *mut raw::RedisModuleCtx) {
     raw::replicate_verbatim(ctx);

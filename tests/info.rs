@@ -46,6 +46,7 @@ fn explains_every_algorithm() {
             "remaining",
             "reset_after_ms",
             "tat_us",
+            "debt",
             "ttl_ms"
         ]
     );

@@ -111,6 +111,14 @@ fn info_section_counts_calls_and_keys() {
     ] {
         assert!(info.contains(line), "{line} missing from {info}");
     }
+    // Switching a key between gcra and bucket moves it between the counts.
+    admit(&mut c, "c 5 1h ALGO bucket");
+    admit(&mut c, "c 5 1h ALGO gcra");
+    let info: String = cmd("INFO").arg("rl").query(&mut c).unwrap();
+    assert!(
+        info.contains("rl_keys_gcra:2") && info.contains("rl_keys_bucket:1"),
+        "{info}"
+    );
     let _: () = cmd("FLUSHALL").arg("SYNC").query(&mut c).unwrap();
     let info: String = cmd("INFO").arg("rl").query(&mut c).unwrap();
     assert!(info.contains("rl_keys_gcra:0"), "{info}");

@@ -72,7 +72,70 @@ fn randomized_workload_leaves_identical_digests() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let lua = "return redis.call('RL.ADMIT', KEYS[1], unpack(ARGV))";
     for round in 0..3000 {
-        match rng.below(12) {
+        match rng.below(16) {
+            12 => {
+                let key = format!("sem:{}", rng.below(10));
+                let holder = format!("h{}", rng.below(8));
+                let verb = ["RL.ACQUIRE", "RL.RELEASE", "RL.RENEW"][rng.below(3) as usize];
+                let mut command = cmd(verb);
+                command.arg(&key);
+                match verb {
+                    "RL.ACQUIRE" => {
+                        command
+                            .arg(3)
+                            .arg(["50ms", "1s", "1m"][rng.below(3) as usize]);
+                        if rng.below(4) > 0 {
+                            command.arg("ID").arg(&holder);
+                        }
+                    }
+                    "RL.RELEASE" => {
+                        command.arg(&holder);
+                    }
+                    _ => {
+                        command.arg(&holder).arg("1s");
+                    }
+                }
+                let _: Value = command.query(&mut c).expect("semaphore");
+            }
+            13 => {
+                let key = format!("res:{}", rng.below(10));
+                let id = format!("id{}", rng.below(20));
+                let _: Value = cmd("RL.ADMIT")
+                    .arg(&key)
+                    .arg(5)
+                    .arg("1s")
+                    .arg("BURST")
+                    .arg(20)
+                    .arg("COST")
+                    .arg(1 + rng.below(20))
+                    .arg("RESERVE")
+                    .arg(&id)
+                    .arg("KEEP")
+                    .arg(["200ms", "1m"][rng.below(2) as usize])
+                    .query(&mut c)
+                    .expect("reserve");
+            }
+            14 => {
+                let key = format!("res:{}", rng.below(10));
+                let id = format!("id{}", rng.below(20));
+                let _: Value = cmd("RL.SETTLE")
+                    .arg(&key)
+                    .arg(&id)
+                    .arg(rng.below(40))
+                    .query(&mut c)
+                    .expect("settle");
+            }
+            15 => {
+                let slot = rng.below(100);
+                let mut args = vec![format!("r:{slot}")];
+                let rule = random_rule(&mut rng, slot);
+                // RL.GRANT takes the rule without COST.
+                let cost_at = rule.iter().position(|a| a == "COST").unwrap();
+                args.extend(rule[..cost_at].iter().cloned());
+                args.extend(rule[cost_at + 2..].iter().cloned());
+                args.extend(["WANT".into(), (1 + rng.below(6)).to_string()]);
+                let _: Value = cmd("RL.GRANT").arg(&args).query(&mut c).expect("grant");
+            }
             10 => {
                 let a = random_multi(&mut rng);
                 let _: Value = cmd("RL.MULTI").arg(&a).query(&mut c).expect("multi");

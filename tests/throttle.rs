@@ -43,7 +43,7 @@ fn replies_match_redis_cell_at_one_instant() {
     for ((args, want), got) in cases.iter().zip(&replies) {
         assert_eq!(got, &want.to_vec(), "CL.THROTTLE user123 {args}");
     }
-    // redis-cell's README: 15 per 60 s with a burst of 15 → capacity 16.
+    // redis-cell's README: 30 per 60 s with a burst of 15 → capacity 16.
     assert_eq!(throttle(&mut c, "readme 15 30 60"), vec![0, 16, 15, -1, 2]);
 }
 

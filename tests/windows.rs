@@ -84,9 +84,9 @@ fn log_limit_is_bounded() {
     let mut c = s.conn();
     let e = error_of(
         &mut c,
-        &[b"RL.ADMIT", b"k", b"100001", b"1s", b"ALGO", b"log"],
+        &[b"RL.ADMIT", b"k", b"10001", b"1s", b"ALGO", b"log"],
     );
-    assert_eq!(e, "ERR limit must be in the range [1, 100000]");
+    assert_eq!(e, "ERR limit must be in the range [1, 10000]");
     let e = error_of(
         &mut c,
         &[
@@ -102,7 +102,7 @@ fn log_limit_is_bounded() {
     );
     assert_eq!(e, "ERR BURST is not allowed with ALGO window");
     // A full log of the largest limit, one entry per request, stays a valid key.
-    let r = admit(&mut c, "big 100000 1h ALGO log COST 100000");
+    let r = admit(&mut c, "big 10000 1h ALGO log COST 10000");
     assert_eq!(r[..3], [1, 0, 0]);
     let usage: i64 = cmd("MEMORY").arg("USAGE").arg("big").query(&mut c).unwrap();
     assert!(usage < 1000, "one entry: {usage} bytes");

@@ -1,4 +1,5 @@
-//! `RL.ADMIT key limit period [BURST b] [COST c] [ALGO a] [DRYRUN]`
+//! `RL.ADMIT key limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP d]]`,
+//! and the write path every command shares.
 
 use super::reply::int;
 use super::{Call, CmdError, Key};
@@ -14,7 +15,11 @@ use crate::stats;
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     let result = admit(call);
     stats::ADMIT.record(&result);
-    let d = result?;
+    reply_decision(call, &result?);
+    Ok(())
+}
+
+pub fn reply_decision(call: &Call<'_>, d: &Decision) {
     call.reply().int_record(&[
         ("allowed", i64::from(d.allowed)),
         ("remaining", int(d.remaining)),
@@ -22,7 +27,6 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         ("reset_after_ms", int(d.reset_after_ms())),
         ("limit", int(d.limit)),
     ]);
-    Ok(())
 }
 
 fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
@@ -32,16 +36,14 @@ fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
     let req = parse_admit(rest)?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    admit_key(
-        call,
-        &mut key,
-        1,
-        req.algo,
-        req.rule,
-        req.cost,
-        now,
-        req.dry_run,
-    )
+    let (algo, rule, cost, dry) = (req.algo, req.rule, req.cost, req.dry_run);
+    match req.reserve {
+        None => admit_key(call, &mut key, 1, algo, rule, cost, now, dry),
+        Some(r) => update(call, &mut key, 1, Some(Limiter::new(algo, rule)), |l| {
+            l.reserve(algo, rule, cost, r.id, r.keep_us, now, dry)
+        })
+        .map(|d| d.unwrap_or_else(|| Decision::refused(&rule))),
+    }
 }
 
 /// Decides `cost` units on the key at argument `arg` and, when admitted and not `dry`, writes
@@ -57,31 +59,66 @@ pub fn admit_key(
     now: u64,
     dry: bool,
 ) -> Result<Decision, CmdError> {
-    let decision = match key.limiter()? {
-        Some(limiter) => limiter.admit(algo, rule, cost, now, dry)?,
-        None => {
-            let mut limiter = Limiter::new(algo, rule);
-            let d = limiter.admit(algo, rule, cost, now, dry)?;
-            if d.allowed && !dry {
-                key.set(limiter);
-            }
-            d
-        }
-    };
-    if decision.allowed && !dry {
-        written(call, key, arg)?;
-    }
-    Ok(decision)
+    update(call, key, arg, Some(Limiter::new(algo, rule)), |l| {
+        let d = l.admit(algo, rule, cost, now, dry)?;
+        Ok((d, d.allowed && !dry))
+    })
+    .map(|d| d.unwrap_or_else(|| Decision::refused(&rule)))
 }
 
-/// After a limiter was written: expiry, keyspace signal and effect replication.
+/// Runs `f` on the key's limiter, or on `fresh` when the key is empty (`None` then means an
+/// empty key stays empty and `f` does not run). When `f` reports a change, the state is
+/// written, its expiry set and the effect propagated.
+pub fn update<T>(
+    call: &Call<'_>,
+    key: &mut Key,
+    arg: usize,
+    fresh: Option<Limiter>,
+    f: impl FnOnce(&mut Limiter) -> Result<(T, bool), Error>,
+) -> Result<Option<T>, CmdError> {
+    let out = match key.limiter()? {
+        Some(limiter) => {
+            let before = limiter.algo();
+            let (out, changed) = f(limiter)?;
+            if limiter.algo() != before {
+                // gcra <-> bucket, window <-> sliding: the same value, counted anew.
+                stats::key_freed(before);
+                stats::key_created(limiter.algo());
+            }
+            if changed {
+                written(call, key, arg)?;
+            }
+            out
+        }
+        None => {
+            let Some(mut limiter) = fresh else {
+                return Ok(None);
+            };
+            let (out, changed) = f(&mut limiter)?;
+            if changed {
+                key.set(limiter);
+                written(call, key, arg)?;
+            }
+            out
+        }
+    };
+    Ok(Some(out))
+}
+
+/// After a limiter was written: expiry, keyspace signal and effect replication. A state that
+/// equals an absent key (a semaphore with no lease left) deletes the key instead.
 pub fn written(call: &Call<'_>, key: &mut Key, arg: usize) -> Result<(), CmdError> {
     let Some(limiter) = key.limiter()? else {
         return Ok(());
     };
-    let expire_at_ms = limiter.expire_at_ms();
-    replicate::state(call.ctx, call.raw_arg(arg), limiter);
-    key.expire_at(Some(expire_at_ms));
+    if limiter.is_void() {
+        key.delete();
+        replicate::deleted(call.ctx, call.raw_arg(arg));
+    } else {
+        let expire_at_ms = limiter.expire_at_ms();
+        replicate::state(call.ctx, call.raw_arg(arg), limiter);
+        key.expire_at(Some(expire_at_ms));
+    }
     key.signal_modified();
     Ok(())
 }

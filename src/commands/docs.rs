@@ -141,8 +141,80 @@ const DRYRUN_ARG: Arg = Arg {
     ..pure_token(c"DRYRUN", c"dryrun")
 };
 
-static ADMIT_ARGS: [Arg; 7] = [
-    KEY_ARG, LIMIT_ARG, PERIOD_ARG, BURST_ARG, COST_ARG, ALGO_ARG, DRYRUN_ARG,
+static RESERVE_ARGS: [Arg; 2] = [
+    described(arg(c"id", STRING), c"the reservation id, 1 to 256 bytes"),
+    option(
+        c"KEEP",
+        c"keep",
+        STRING,
+        c"how long the reservation is remembered (default 1h, at most 7d)",
+    ),
+];
+
+static ADMIT_ARGS: [Arg; 8] = [
+    KEY_ARG,
+    LIMIT_ARG,
+    PERIOD_ARG,
+    BURST_ARG,
+    COST_ARG,
+    ALGO_ARG,
+    DRYRUN_ARG,
+    Arg {
+        name: c"reserve",
+        kind: BLOCK,
+        token: Some(c"RESERVE"),
+        flags: OPTIONAL,
+        summary: Some(c"admit COST as an estimate, to be settled with RL.SETTLE (gcra, bucket)"),
+        subargs: &RESERVE_ARGS,
+    },
+];
+
+static GRANT_ARGS: [Arg; 7] = [
+    KEY_ARG,
+    LIMIT_ARG,
+    PERIOD_ARG,
+    BURST_ARG,
+    ALGO_ARG,
+    Arg {
+        token: Some(c"WANT"),
+        ..described(
+            arg(c"n", INTEGER),
+            c"units wanted; as many as are available are granted",
+        )
+    },
+    option(
+        c"TTL",
+        c"ttl",
+        STRING,
+        c"how long the grant may be spent (default 1s, at most 1d; clamped to the window end)",
+    ),
+];
+
+const HOLDER_ARG: Arg = described(arg(c"holder", STRING), c"the lease holder, 1 to 256 bytes");
+const LEASE_ARG: Arg = described(
+    arg(c"lease", STRING),
+    c"a duration (1ms to 3650d) after which the slot frees itself",
+);
+
+static ACQUIRE_ARGS: [Arg; 4] = [
+    KEY_ARG,
+    described(arg(c"capacity", INTEGER), c"slots, 1 to 100000"),
+    LEASE_ARG,
+    option(
+        c"ID",
+        c"holder",
+        STRING,
+        c"the holder (generated when not given)",
+    ),
+];
+
+static RELEASE_ARGS: [Arg; 2] = [KEY_ARG, HOLDER_ARG];
+static RENEW_ARGS: [Arg; 3] = [KEY_ARG, HOLDER_ARG, LEASE_ARG];
+
+static SETTLE_ARGS: [Arg; 3] = [
+    KEY_ARG,
+    described(arg(c"id", STRING), c"the reservation id given to RESERVE"),
+    described(arg(c"actual", INTEGER), c"the actual cost, 0 to 10^15"),
 ];
 
 static RULE_ARGS: [Arg; 6] = [
@@ -195,7 +267,47 @@ static SETSTATE_ARGS: [Arg; 2] = [
     ),
 ];
 
-pub static DOCS: [Doc; 5] = [
+pub static DOCS: [Doc; 10] = [
+    Doc {
+        name: c"RL.GRANT",
+        summary: c"Leases a chunk of up to WANT units for a client to spend locally.",
+        complexity: c"O(1) (log: O(N) in the entries that left the window)",
+        arity: -6,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &GRANT_ARGS,
+    },
+    Doc {
+        name: c"RL.ACQUIRE",
+        summary: c"Takes a slot of a concurrency semaphore until its lease expires.",
+        complexity: c"O(log N) in the live leases",
+        arity: -4,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &ACQUIRE_ARGS,
+    },
+    Doc {
+        name: c"RL.RELEASE",
+        summary: c"Gives a semaphore slot back; idempotent.",
+        complexity: c"O(log N) in the live leases",
+        arity: 3,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &RELEASE_ARGS,
+    },
+    Doc {
+        name: c"RL.RENEW",
+        summary: c"Extends a live lease; 0 once it has expired.",
+        complexity: c"O(log N) in the live leases",
+        arity: 4,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &RENEW_ARGS,
+    },
+    Doc {
+        name: c"RL.SETTLE",
+        summary: c"Settles a reservation with the actual cost: debits or credits the difference.",
+        complexity: c"O(log N) in the key's reservations",
+        arity: 4,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &SETTLE_ARGS,
+    },
     Doc {
         name: c"RL.ADMIT",
         summary: c"Admits or refuses one request against a rate limit, atomically.",

@@ -11,7 +11,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     if call.args.len() != 2 {
         return Err(Error::Arity("RL.INFO").into());
     }
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let mut key = Key::open_read(call.ctx, call.raw_arg(1))?;
     let ttl = key.ttl_ms();
     let Some(limiter) = key.limiter()? else {
         call.reply().value(Value::Null);
@@ -20,8 +20,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     let now = clock::now_us();
     let rule = *limiter.rule();
     let algo = limiter.algo();
-    // A request of cost 0 decides nothing and spends nothing: it reads the current state.
-    let peek = limiter.admit(algo, rule, 0, now, true)?;
+    let peek = limiter.peek(now);
     let mut fields: Vec<(&str, Value<'_>)> = vec![
         ("algo", Value::Bytes(algo.name().as_bytes())),
         ("limit", Value::Int(int(rule.limit()))),
@@ -46,14 +45,29 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
             fields.push(("count", Value::Int(int(w.count))));
         }
         State::Sliding(s) => {
+            // As of now: the windows roll forward as time passes.
+            let s = s.rolled(&rule, now.max(s.start_us));
             fields.push(("window_start_ms", Value::Int(int(s.start_us / 1000))));
             fields.push(("previous", Value::Int(int(s.previous))));
             fields.push(("current", Value::Int(int(s.current))));
         }
         State::Log(log) => {
-            fields.push(("entries", Value::Int(int(log.entries().len() as u64))));
-            fields.push(("logged_units", Value::Int(int(log.total()))));
+            let (entries, units) = log.live_at(&rule, now);
+            fields.push(("entries", Value::Int(int(entries as u64))));
+            fields.push(("logged_units", Value::Int(int(units))));
         }
+        State::Semaphore(s) => {
+            fields.push(("in_flight", Value::Int(int(s.in_flight(now)))));
+            let next = s.leases().map(|(_, e)| e).find(|&e| e > now);
+            let next = next.map_or(0, |e| (e - now).div_ceil(1000));
+            fields.push(("next_expiry_ms", Value::Int(int(next))));
+        }
+    }
+    if let Some(r) = limiter.reservations() {
+        fields.push(("reservations", Value::Int(int(r.live(now) as u64))));
+    }
+    if let State::Gcra { .. } | State::Bucket { .. } = limiter.state() {
+        fields.push(("debt", Value::Int(int(limiter.debt(now)))));
     }
     fields.push(("ttl_ms", ttl.map_or(Value::Int(-1), |t| Value::Int(int(t)))));
     let reply = call.reply();

@@ -22,7 +22,8 @@ pub enum Kind {
 pub struct Key {
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
-    key: NonNull<raw::RedisModuleKey>,
+    /// `None` for a key opened for reading that does not exist (Redis returns no handle).
+    key: Option<NonNull<raw::RedisModuleKey>>,
 }
 
 impl Key {
@@ -31,20 +32,40 @@ impl Key {
         ctx: *mut raw::RedisModuleCtx,
         name: *mut raw::RedisModuleString,
     ) -> Result<Key, CmdError> {
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+        Key::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    /// Opens `name` for reading only (read-only commands, which also run on replicas).
+    pub fn open_read(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+    ) -> Result<Key, CmdError> {
+        Key::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    fn open_mode(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        mode: u32,
+    ) -> Result<Key, CmdError> {
+        let mode = mode as c_int;
         // SAFETY: `ctx` and `name` come from the running command.
         let ptr = unsafe { raw::RedisModule_OpenKey.map(|open| open(ctx, name, mode)) };
-        let key = ptr
-            .and_then(|p| NonNull::new(p.cast::<raw::RedisModuleKey>()))
-            .ok_or(CmdError::WrongType)?;
+        let key = ptr.and_then(|p| NonNull::new(p.cast::<raw::RedisModuleKey>()));
+        if key.is_none() && mode & raw::REDISMODULE_WRITE as c_int != 0 {
+            return Err(CmdError::WrongType);
+        }
         Ok(Key { ctx, name, key })
     }
 
     fn raw(&self) -> *mut raw::RedisModuleKey {
-        self.key.as_ptr()
+        self.key.map_or(std::ptr::null_mut(), NonNull::as_ptr)
     }
 
     pub fn kind(&self) -> Kind {
+        if self.key.is_none() {
+            return Kind::Empty;
+        }
         // SAFETY: the key is open.
         unsafe {
             let key_type = raw::RedisModule_KeyType.map_or(-1, |f| f(self.raw()));
@@ -93,6 +114,7 @@ impl Key {
 
     /// Milliseconds until the key expires, `None` when it has no expiry.
     pub fn ttl_ms(&self) -> Option<u64> {
+        self.key?;
         // SAFETY: the key is open.
         let ttl = unsafe { raw::RedisModule_GetExpire.map_or(-1, |f| f(self.raw())) };
         u64::try_from(ttl).ok()
@@ -100,6 +122,9 @@ impl Key {
 
     /// Stores a limiter in this key, replacing whatever it held.
     pub fn set(&mut self, limiter: Limiter) {
+        if self.key.is_none() {
+            return; // opened for reading: nothing to write to
+        }
         let ours = *LIMITER_TYPE.raw_type.borrow();
         // SAFETY: ownership of the boxed limiter passes to Redis, which frees it through the
         // type's `free` callback.
@@ -110,8 +135,24 @@ impl Key {
         }
     }
 
+    /// Deletes the key (its value is freed through the type's `free` callback).
+    pub fn delete(&mut self) {
+        if self.key.is_none() {
+            return; // opened for reading: nothing to write to
+        }
+        // SAFETY: the key is open for writing.
+        unsafe {
+            if let Some(delete) = raw::RedisModule_DeleteKey {
+                delete(self.raw());
+            }
+        }
+    }
+
     /// Makes the key expire at `at_ms` (Unix time in milliseconds), or never for `None`.
     pub fn expire_at(&mut self, at_ms: Option<u64>) {
+        if self.key.is_none() {
+            return; // opened for reading: nothing to write to
+        }
         // SAFETY: the key is open for writing.
         unsafe {
             match at_ms {
@@ -148,7 +189,10 @@ impl Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        // SAFETY: opened in `open`, closed once.
+        if self.key.is_none() {
+            return;
+        }
+        // SAFETY: opened in `open_mode`, closed once.
         unsafe {
             if let Some(close) = raw::RedisModule_CloseKey {
                 close(self.raw());

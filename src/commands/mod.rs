@@ -6,11 +6,14 @@
 
 pub mod admit;
 pub mod docs;
+pub mod grant;
 pub mod inspect;
 mod key;
+pub mod lease;
 pub mod multi;
 mod reply;
 pub mod setstate;
+pub mod settle;
 pub mod throttle;
 
 use std::ffi::{c_int, CStr};
@@ -148,8 +151,39 @@ callback!(multi_callback, multi::run);
 callback!(inspect_callback, inspect::run);
 callback!(throttle_callback, throttle::run);
 callback!(setstate_callback, setstate::run);
+callback!(grant_callback, grant::run);
+callback!(acquire_callback, lease::acquire);
+callback!(release_callback, lease::release);
+callback!(renew_callback, lease::renew);
+callback!(settle_callback, settle::run);
 
-pub static COMMANDS: [Command; 5] = [
+/// A write command on the key at position 1.
+const fn one_key(
+    name: &'static CStr,
+    callback: unsafe extern "C" fn(
+        *mut raw::RedisModuleCtx,
+        *mut *mut raw::RedisModuleString,
+        c_int,
+    ) -> c_int,
+    flags: &'static CStr,
+) -> Command {
+    Command {
+        name,
+        callback,
+        flags,
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    }
+}
+
+pub static COMMANDS: [Command; 10] = [
+    one_key(c"RL.GRANT", grant_callback, c"write deny-oom fast"),
+    one_key(c"RL.ACQUIRE", acquire_callback, c"write deny-oom fast"),
+    // Releasing frees memory: it must work when Redis is out of it.
+    one_key(c"RL.RELEASE", release_callback, c"write fast"),
+    one_key(c"RL.RENEW", renew_callback, c"write deny-oom fast"),
+    one_key(c"RL.SETTLE", settle_callback, c"write deny-oom fast"),
     Command {
         name: c"RL.ADMIT",
         callback: admit_callback,

@@ -79,11 +79,13 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
         let cost = cost_of.unwrap_or(r.cost);
         let mut d = admit_key(call, key, pos, r.algo, r.rule, cost, now, dry)?;
         if !allowed {
-            // Keep each rule's own verdict and wait; only the remaining units are the peek's.
+            // Each rule's own verdict and wait, with what it holds now (the peek's remaining and
+            // reset), since nothing was spent.
             let verdict = admit_key(call, key, pos, r.algo, r.rule, r.cost, now, true)?;
             d = Decision {
-                remaining: d.remaining,
-                ..verdict
+                allowed: verdict.allowed,
+                retry_after_us: verdict.retry_after_us,
+                ..d
             };
         }
         decisions.push(d);

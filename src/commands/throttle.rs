@@ -1,6 +1,6 @@
 //! `CL.THROTTLE key max_burst count period [quantity]`: a drop-in for the redis-cell module.
 
-use super::admit::written;
+use super::admit::{update, written};
 use super::key::Kind;
 use super::{Call, CmdError, Key};
 use crate::clock;
@@ -37,17 +37,11 @@ fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
     let (reply, changed) = match key.kind() {
-        Kind::Limiter | Kind::Empty => match key.limiter()? {
-            Some(limiter) => throttle(limiter, &req, now)?,
-            None => {
-                let mut limiter = Limiter::new(Algo::Gcra, req.rule);
-                let (reply, changed) = throttle(&mut limiter, &req, now)?;
-                if changed {
-                    key.set(limiter);
-                }
-                (reply, changed)
-            }
-        },
+        Kind::Limiter | Kind::Empty => {
+            let fresh = Limiter::new(Algo::Gcra, req.rule);
+            let reply = update(call, &mut key, 1, Some(fresh), |l| throttle(l, &req, now))?;
+            return reply.ok_or(CmdError::WrongType);
+        }
         // A key written by redis-cell: its TAT carries over, so users can swap modules on a
         // live dataset. It becomes a native key on its first admission.
         Kind::String => {

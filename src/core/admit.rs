@@ -1,15 +1,37 @@
 //! The typed request of `RL.ADMIT`, parsed from the arguments after the key.
 
 use super::error::{printable, Error};
-use super::parse::{parse_count, parse_duration};
-use super::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
+use super::parse::{parse_count, parse_duration, DAY_US};
+use super::reserve::MAX_ID_LEN;
+use super::rule::{check_cost, Algo, Family, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdmitRequest {
+pub struct AdmitRequest<'a> {
     pub algo: Algo,
     pub rule: Rule,
     pub cost: u64,
     pub dry_run: bool,
+    pub reserve: Option<Reserve<'a>>,
+}
+
+/// `RESERVE id [KEEP duration]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reserve<'a> {
+    pub id: &'a [u8],
+    pub keep_us: u64,
+}
+
+/// How long a reservation is kept when `KEEP` is not given.
+pub const DEFAULT_KEEP_US: u64 = 3600 * 1_000_000;
+/// Longest `KEEP`.
+pub const MAX_KEEP_US: u64 = 7 * DAY_US;
+
+/// A holder or reservation id: 1 to 256 bytes.
+pub fn parse_id<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], Error> {
+    if bytes.is_empty() || bytes.len() > MAX_ID_LEN {
+        return Err(Error::BadId(what));
+    }
+    Ok(bytes)
 }
 
 /// The options shared by every command that takes a rule: `BURST`, `COST`, `ALGO`.
@@ -71,18 +93,33 @@ pub fn set_once<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result
     Ok(())
 }
 
-/// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN]` (the arguments after the key).
-pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
+/// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP duration]]`
+/// (the arguments after the key).
+pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
         return Err(Error::Arity("RL.ADMIT"));
     };
     let mut options = RuleOptions::default();
     let mut dry_run = false;
+    let (mut id, mut keep) = (None, None);
     let mut i = 2;
     while let Some(token) = args.get(i).map(AsRef::as_ref) {
         let taken = options.take(args, i)?;
+        let value = args.get(i + 1).map(AsRef::as_ref);
         if taken > 0 {
             i += taken;
+        } else if token.eq_ignore_ascii_case(b"RESERVE") {
+            let v = value.ok_or(Error::MissingValue("RESERVE"))?;
+            set_once(&mut id, "RESERVE", parse_id(v, "RESERVE id")?)?;
+            i += 2;
+        } else if token.eq_ignore_ascii_case(b"KEEP") {
+            let v = value.ok_or(Error::MissingValue("KEEP"))?;
+            set_once(
+                &mut keep,
+                "KEEP",
+                parse_duration(v, "KEEP", MAX_KEEP_US, "7d")?,
+            )?;
+            i += 2;
         } else if token.eq_ignore_ascii_case(b"DRYRUN") {
             if dry_run {
                 return Err(Error::Duplicate("DRYRUN"));
@@ -94,11 +131,21 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
         }
     }
     let (algo, rule, cost) = options.rule(limit.as_ref(), period.as_ref())?;
+    if keep.is_some() && id.is_none() {
+        return Err(Error::MissingOption("RESERVE (for KEEP)"));
+    }
+    if id.is_some() && algo.family() != Family::Rate {
+        return Err(Error::ReserveNeedsRate);
+    }
     Ok(AdmitRequest {
         algo,
         rule,
         cost,
         dry_run,
+        reserve: id.map(|id| Reserve {
+            id,
+            keep_us: keep.unwrap_or(DEFAULT_KEEP_US),
+        }),
     })
 }
 
@@ -106,9 +153,12 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest, Error> {
 mod tests {
     use super::*;
 
-    fn parse(line: &str) -> Result<AdmitRequest, Error> {
-        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-        parse_admit(&args)
+    fn parse(line: &str) -> Result<AdmitRequest<'static>, Error> {
+        let args: Vec<&'static [u8]> = line
+            .split(' ')
+            .map(|w| &*Box::leak(w.as_bytes().to_vec().into_boxed_slice()))
+            .collect();
+        parse_admit(Box::leak(args.into_boxed_slice()))
     }
 
     #[test]
@@ -129,6 +179,36 @@ mod tests {
         assert_eq!(r.rule.burst(), 20);
         assert_eq!(r.cost, 3);
         assert!(r.dry_run);
+    }
+
+    #[test]
+    fn reserve_and_keep() {
+        let r = parse("2 1s BURST 20 COST 10 RESERVE exp-1 KEEP 10m").unwrap();
+        let reserve = r.reserve.unwrap();
+        assert_eq!((reserve.id, reserve.keep_us), (&b"exp-1"[..], 600_000_000));
+        assert_eq!(
+            parse("2 1s RESERVE x").unwrap().reserve.unwrap().keep_us,
+            DEFAULT_KEEP_US
+        );
+        let e = |l: &str| parse(l).unwrap_err().to_string();
+        assert_eq!(e("2 1s KEEP 1m"), "ERR RESERVE (for KEEP) is required");
+        assert_eq!(e("2 1s RESERVE"), "ERR RESERVE needs a value");
+        assert_eq!(
+            e("2 1s RESERVE a RESERVE b"),
+            "ERR RESERVE given more than once"
+        );
+        assert_eq!(
+            e("2 1s RESERVE x KEEP 8d"),
+            "ERR KEEP must be between 1ms and 7d"
+        );
+        assert_eq!(
+            e("2 1s ALGO window RESERVE x"),
+            "ERR reservations are only for ALGO gcra and bucket keys"
+        );
+        assert_eq!(
+            e(&format!("2 1s RESERVE {}", "x".repeat(257))),
+            "ERR RESERVE id must be 1 to 256 bytes"
+        );
     }
 
     #[test]
@@ -169,8 +249,8 @@ mod tests {
                 "ERR ALGO must be one of gcra, bucket, window, sliding, log (got 'leaky')",
             ),
             (
-                "100001 1s ALGO log",
-                "ERR limit must be in the range [1, 100000]",
+                "10001 1s ALGO log",
+                "ERR limit must be in the range [1, 10000]",
             ),
             (
                 "10 1s ALGO window BURST 3",

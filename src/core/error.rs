@@ -28,6 +28,8 @@ pub enum Error {
     },
     /// A keyword option that needs a value got none.
     MissingValue(&'static str),
+    /// A keyword option the command requires is missing.
+    MissingOption(&'static str),
     /// A keyword option given twice.
     Duplicate(&'static str),
     /// A token that is not an option of this command.
@@ -54,6 +56,12 @@ pub enum Error {
     RuleCount { keys: usize, rules: usize },
     /// A RULE clause cut short.
     IncompleteRule,
+    /// `RESERVE` or `RL.SETTLE` on an algorithm that takes no reservations.
+    ReserveNeedsRate,
+    /// The key keeps as many reservations as it may.
+    TooManyReservations,
+    /// A holder or reservation id that is empty or too long.
+    BadId(&'static str),
     /// A state payload (replication, AOF, RESTORE) that does not decode.
     BadPayload(&'static str),
 }
@@ -78,6 +86,7 @@ impl fmt::Display for Error {
                 write!(f, "ERR {arg} must be between 1ms and {max}")
             }
             Error::MissingValue(opt) => write!(f, "ERR {opt} needs a value"),
+            Error::MissingOption(opt) => write!(f, "ERR {opt} is required"),
             Error::Duplicate(opt) => write!(f, "ERR {opt} given more than once"),
             Error::Syntax(token) => write!(f, "ERR syntax error near '{token}'"),
             Error::UnknownAlgo(name) => write!(
@@ -105,6 +114,15 @@ impl fmt::Display for Error {
                 "ERR numkeys is {keys} but {rules} RULE clauses were given"
             ),
             Error::IncompleteRule => write!(f, "ERR RULE needs a name, a limit and a period"),
+            Error::ReserveNeedsRate => write!(
+                f,
+                "ERR reservations are only for ALGO gcra and bucket keys"
+            ),
+            Error::TooManyReservations => write!(
+                f,
+                "ERR the key keeps 100000 reservations already: settle them or let them expire"
+            ),
+            Error::BadId(what) => write!(f, "ERR {what} must be 1 to 256 bytes"),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
         }
     }

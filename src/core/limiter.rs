@@ -6,7 +6,9 @@
 use super::error::Error;
 use super::log::Log;
 use super::rate::{self, Decision};
-use super::rule::{Algo, Rule};
+use super::reserve::{Reservation, Reservations, Settlement};
+use super::rule::{Algo, Family, Rule};
+use super::semaphore::{Acquire, Semaphore};
 use super::window::{window_start, Fixed, Sliding};
 
 /// A 128-bit integer kept as two words, so that the limiter keeps 8-byte alignment and stays
@@ -39,12 +41,24 @@ pub enum State {
     Window(Fixed),
     Sliding(Sliding),
     Log(Box<Log>),
+    Semaphore(Box<Semaphore>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limiter {
     rule: Rule,
     state: State,
+    /// Reservations of `RESERVE` (gcra and bucket only); boxed so that keys without any stay
+    /// small.
+    reservations: Option<Box<Reservations>>,
+}
+
+/// What `RL.GRANT` leased.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub granted: u64,
+    pub remaining: u64,
+    pub valid_us: u64,
 }
 
 impl Limiter {
@@ -59,8 +73,13 @@ impl Limiter {
             Algo::Window => State::Window(Fixed::default()),
             Algo::Sliding => State::Sliding(Sliding::default()),
             Algo::Log => State::Log(Box::default()),
+            Algo::Semaphore => State::Semaphore(Box::default()),
         };
-        Limiter { rule, state }
+        Limiter {
+            rule,
+            state,
+            reservations: None,
+        }
     }
 
     /// Rebuilds a limiter from decoded parts, refusing states no command could have produced.
@@ -89,9 +108,29 @@ impl Limiter {
             State::Log(log) if log.total() > rule.limit() => {
                 return Err(Error::BadPayload("log holds more than its limit"))
             }
-            State::Log(_) => {}
+            State::Log(_) | State::Semaphore(_) => {}
         }
-        Ok(Limiter { rule, state })
+        Ok(Limiter {
+            rule,
+            state,
+            reservations: None,
+        })
+    }
+
+    /// Attaches decoded reservations (only gcra and bucket keys take them).
+    pub fn with_reservations(mut self, r: Reservations) -> Result<Limiter, Error> {
+        if r.is_empty() {
+            return Ok(self);
+        }
+        if self.algo().family() != Family::Rate {
+            return Err(Error::BadPayload("reservations on a key that takes none"));
+        }
+        self.reservations = Some(Box::new(r));
+        Ok(self)
+    }
+
+    pub fn reservations(&self) -> Option<&Reservations> {
+        self.reservations.as_deref()
     }
 
     pub fn rule(&self) -> &Rule {
@@ -109,6 +148,7 @@ impl Limiter {
             State::Window(_) => Algo::Window,
             State::Sliding(_) => Algo::Sliding,
             State::Log(_) => Algo::Log,
+            State::Semaphore(_) => Algo::Semaphore,
         }
     }
 
@@ -240,6 +280,16 @@ impl Limiter {
             State::Window(w) => w.full_at_us(&self.rule),
             State::Sliding(s) => s.full_at_us(&self.rule),
             State::Log(log) => log.full_at_us(&self.rule),
+            State::Semaphore(s) => s.full_at_us(),
+        }
+        .max(self.reservations.as_ref().map_or(0, |r| r.until_us()))
+    }
+
+    /// True when the state equals an absent key's and nothing else is kept: the key can go.
+    pub fn is_void(&self) -> bool {
+        match &self.state {
+            State::Semaphore(s) => s.is_empty() && self.reservations.is_none(),
+            _ => false,
         }
     }
 
@@ -252,8 +302,192 @@ impl Limiter {
     pub fn heap_bytes(&self) -> usize {
         match &self.state {
             State::Log(log) => std::mem::size_of::<Log>() + log.heap_bytes(),
+            State::Semaphore(s) => std::mem::size_of::<Semaphore>() + s.heap_bytes(),
             _ => 0,
         }
+        .saturating_add(
+            self.reservations
+                .as_ref()
+                .map_or(0, |r| std::mem::size_of::<Reservations>() + r.heap_bytes()),
+        )
+    }
+
+    /// `RESERVE id`: admits `cost` as an estimate and remembers the decision under `id` until
+    /// `keep_us` from now. A retry with a live `id` replies the original decision and spends
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        id: &[u8],
+        keep_us: u64,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<(Decision, bool), Error> {
+        if algo.family() != Family::Rate || self.algo().family() != Family::Rate {
+            return Err(Error::ReserveNeedsRate);
+        }
+        if let Some(r) = self.reservations.as_ref().and_then(|rs| rs.get(id, now_us)) {
+            let original = Decision {
+                allowed: true,
+                remaining: r.remaining,
+                retry_after_us: 0,
+                reset_after_us: r.reset_after_us,
+                limit: self.rule.burst(),
+            };
+            return Ok((original, false));
+        }
+        let live = self.reservations.as_ref().map_or(0, |r| r.live(now_us));
+        if live >= super::reserve::MAX_RESERVATIONS {
+            return Err(Error::TooManyReservations);
+        }
+        let d = self.admit(algo, rule, cost, now_us, dry)?;
+        if d.allowed && !dry {
+            let r = Reservation {
+                estimate: cost,
+                remaining: d.remaining,
+                reset_after_us: d.reset_after_us,
+                expires_us: now_us.saturating_add(keep_us),
+                settled: None,
+            };
+            self.reservations
+                .get_or_insert_default()
+                .insert(id, r, now_us);
+        }
+        Ok((d, d.allowed && !dry))
+    }
+
+    /// Settles reservation `id` with the `actual` cost: the difference from the estimate is
+    /// debited (the level may go down to minus the capacity) or credited (never above the
+    /// capacity). `None` for an unknown or forgotten id. Settling again replies the first
+    /// settlement and changes nothing; the flag tells whether this call changed the state.
+    pub fn settle(&mut self, id: &[u8], actual: u64, now_us: u64) -> Option<(Settlement, bool)> {
+        let r = *self.reservations.as_ref()?.get(id, now_us)?;
+        if let Some(done) = r.settled {
+            return Some((done, false));
+        }
+        let delta = i128::from(actual) - i128::from(r.estimate);
+        let rule = self.rule;
+        let cap = rate::capacity(&rule);
+        let level = self.level_at(now_us);
+        let after = (level - delta * rate::token(&rule)).clamp(-cap, cap);
+        self.store(self.algo(), rule, after, now_us);
+        let s = Settlement {
+            delta: i64::try_from(delta).unwrap_or(i64::MAX),
+            remaining: u64::try_from(after.max(0) / rate::token(&rule)).unwrap_or(0),
+        };
+        if let Some(rs) = self.reservations.as_mut() {
+            rs.settle(id, s, now_us);
+        }
+        Some((s, true))
+    }
+
+    /// `RL.GRANT`: spends as many as are available now, up to `want`, in one decision. The
+    /// grant may be spent for `ttl_us`, or until the window ends for `window`.
+    pub fn grant(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        want: u64,
+        ttl_us: u64,
+        now_us: u64,
+    ) -> Result<Grant, Error> {
+        let available = self.admit(algo, rule, 0, now_us, true)?.remaining;
+        let granted = available.min(want);
+        let remaining = if granted > 0 {
+            self.admit(algo, rule, granted, now_us, false)?.remaining
+        } else {
+            available
+        };
+        let valid_us = match algo {
+            Algo::Window => {
+                let end = window_start(now_us, rule.period_us()).saturating_add(rule.period_us());
+                ttl_us.min(end.saturating_sub(now_us))
+            }
+            _ => ttl_us,
+        };
+        Ok(Grant {
+            granted,
+            remaining,
+            valid_us,
+        })
+    }
+
+    /// The state as a decision of cost 0: what is available now, nothing spent.
+    pub fn peek(&mut self, now_us: u64) -> Decision {
+        let rule = self.rule;
+        let full_in = self.full_at_us().saturating_sub(now_us);
+        match &self.state {
+            State::Semaphore(s) => Decision {
+                allowed: true,
+                remaining: rule.limit().saturating_sub(s.in_flight(now_us)),
+                retry_after_us: 0,
+                reset_after_us: full_in,
+                limit: rule.limit(),
+            },
+            // Cost 0 against the key's own rule always decides: the algorithm matches.
+            _ => self
+                .admit(self.algo(), rule, 0, now_us, true)
+                .unwrap_or(Decision {
+                    allowed: false,
+                    remaining: 0,
+                    retry_after_us: 0,
+                    reset_after_us: full_in,
+                    limit: rule.burst(),
+                }),
+        }
+    }
+
+    /// Units owed (gcra and bucket after settlements that cost more than reserved).
+    pub fn debt(&self, now_us: u64) -> u64 {
+        match self.state {
+            State::Gcra { .. } | State::Bucket { .. } => {
+                let owed = (-self.level_at(now_us)).max(0);
+                let token = rate::token(&self.rule);
+                u64::try_from((owed + token - 1) / token).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        }
+    }
+
+    fn semaphore(&mut self) -> Result<&mut Semaphore, Error> {
+        let stored = self.algo().name();
+        match &mut self.state {
+            State::Semaphore(s) => Ok(s),
+            _ => Err(Error::AlgoMismatch {
+                stored,
+                asked: Algo::Semaphore.name(),
+            }),
+        }
+    }
+
+    /// `RL.ACQUIRE`: a slot of `rule.limit()` for `rule.period_us()`. Changes nothing when
+    /// refused or `dry`.
+    pub fn acquire(
+        &mut self,
+        rule: Rule,
+        holder: Option<&[u8]>,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<Acquire, Error> {
+        let s = self.semaphore()?;
+        let a = s.acquire(rule.limit(), rule.period_us(), holder, now_us, dry);
+        if a.acquired && !dry {
+            self.rule = rule;
+        }
+        Ok(a)
+    }
+
+    /// `RL.RELEASE`: true when `holder` held a slot, which is now free.
+    pub fn release(&mut self, holder: &[u8], now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.release(holder, now_us))
+    }
+
+    /// `RL.RENEW`: true when `holder`'s live lease now lasts `lease_us` from now.
+    pub fn renew(&mut self, holder: &[u8], lease_us: u64, now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.renew(holder, lease_us, now_us))
     }
 }
 
@@ -377,10 +611,10 @@ mod tests {
 
 #[cfg(test)]
 mod size {
-    /// Every key pays for this (plus Redis's own overhead): keep it small. Documented in
-    /// commands.md.
+    /// Every key pays for this (plus Redis's own overhead): keep it within jemalloc's 64-byte
+    /// size class. Documented in commands.md.
     #[test]
-    fn a_limiter_is_56_bytes() {
-        assert_eq!(std::mem::size_of::<super::Limiter>(), 56);
+    fn a_limiter_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<super::Limiter>(), 64);
     }
 }

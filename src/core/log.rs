@@ -42,6 +42,12 @@ impl Log {
         self.total
     }
 
+    /// Entries and units still inside the window ending at `now_us`.
+    pub fn live_at(&self, rule: &Rule, now_us: u64) -> (usize, u64) {
+        let (gone, total) = self.live(rule, now_us.max(self.newest_us()));
+        (self.entries.len() - gone, total)
+    }
+
     fn newest_us(&self) -> u64 {
         self.entries.back().map_or(0, |e| e.at_us)
     }
@@ -69,8 +75,10 @@ impl Log {
         let limit = rule.limit();
         let allowed = total.saturating_add(cost) <= limit;
         let after = if allowed { total + cost } else { total };
-        let (retry_after_us, full_at) = if allowed {
+        let (retry_after_us, full_at) = if allowed && cost > 0 {
             (0, now_us.saturating_add(rule.period_us()))
+        } else if allowed {
+            (0, self.full_at_us(rule))
         } else {
             let at = self.admit_at(rule, gone, total, cost);
             (at.saturating_sub(now_us), self.full_at_us(rule))

@@ -23,6 +23,17 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A refusal with nothing known: only the capacity of `rule`.
+    pub fn refused(rule: &Rule) -> Decision {
+        Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after_us: 0,
+            reset_after_us: 0,
+            limit: rule.burst(),
+        }
+    }
+
     /// `retry_after` in milliseconds, rounded up: waiting this long is always enough.
     pub fn retry_after_ms(&self) -> u64 {
         self.retry_after_us.div_ceil(1000)

@@ -11,8 +11,11 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 /// Longest `period` accepted, and the longest time a full capacity may take to refill.
 pub const MAX_PERIOD_US: u64 = 3650 * DAY_US;
 pub const MAX_PERIOD_TEXT: &str = "3650d";
-/// Largest `limit` for `ALGO log`, which keeps one timestamp per admitted unit.
-pub const MAX_LOG_LIMIT: u64 = 100_000;
+/// Largest `limit` for `ALGO log`, which keeps one entry per admitted request and propagates
+/// the whole log with each admission (12 bytes an entry).
+pub const MAX_LOG_LIMIT: u64 = 10_000;
+/// Largest semaphore capacity (live leases per key).
+pub const MAX_SEMAPHORE_CAPACITY: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algo {
@@ -21,20 +24,25 @@ pub enum Algo {
     Window,
     Sliding,
     Log,
+    /// Not a rate: the concurrency semaphore of `RL.ACQUIRE`, which shares the key type.
+    Semaphore,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 5] = [
+    pub const ALL: [Algo; 6] = [
         Algo::Gcra,
         Algo::Bucket,
         Algo::Window,
         Algo::Sliding,
         Algo::Log,
+        Algo::Semaphore,
     ];
 
+    /// An algorithm `ALGO` may name (every one but the semaphore).
     pub fn parse(bytes: &[u8]) -> Result<Algo, Error> {
         Algo::ALL
             .into_iter()
+            .filter(|a| *a != Algo::Semaphore)
             .find(|a| bytes.eq_ignore_ascii_case(a.name().as_bytes()))
             .ok_or_else(|| Error::UnknownAlgo(printable(bytes)))
     }
@@ -46,6 +54,7 @@ impl Algo {
             Algo::Window => "window",
             Algo::Sliding => "sliding",
             Algo::Log => "log",
+            Algo::Semaphore => "semaphore",
         }
     }
 
@@ -55,6 +64,7 @@ impl Algo {
             Algo::Gcra | Algo::Bucket => Family::Rate,
             Algo::Window | Algo::Sliding => Family::Window,
             Algo::Log => Family::Log,
+            Algo::Semaphore => Family::Semaphore,
         }
     }
 
@@ -65,6 +75,7 @@ impl Algo {
             Algo::Window => 2,
             Algo::Sliding => 3,
             Algo::Log => 4,
+            Algo::Semaphore => 5,
         }
     }
 
@@ -78,6 +89,7 @@ pub enum Family {
     Rate,
     Window,
     Log,
+    Semaphore,
 }
 
 /// `limit` units per `period_us`, with room for `burst` units at once.
@@ -91,10 +103,10 @@ pub struct Rule {
 impl Rule {
     /// Validates a rule for `algo`. `burst` is `None` when the caller gave no `BURST`.
     pub fn new(algo: Algo, limit: u64, period_us: u64, burst: Option<u64>) -> Result<Rule, Error> {
-        let max_limit = if algo == Algo::Log {
-            MAX_LOG_LIMIT
-        } else {
-            MAX_COUNT
+        let max_limit = match algo {
+            Algo::Log => MAX_LOG_LIMIT,
+            Algo::Semaphore => MAX_SEMAPHORE_CAPACITY,
+            _ => MAX_COUNT,
         };
         if !(1..=max_limit).contains(&limit) {
             return Err(Error::OutOfRange {
@@ -140,6 +152,12 @@ impl Rule {
 
     /// Rebuilds a rule read back from storage, applying the same bounds.
     pub fn restore(algo: Algo, limit: u64, period_us: u64, burst: u64) -> Result<Rule, Error> {
+        // Durations are given in whole milliseconds at least.
+        if period_us % 1000 != 0 {
+            return Err(Error::BadPayload(
+                "period is not a whole number of milliseconds",
+            ));
+        }
         let given = (algo.family() == Family::Rate).then_some(burst);
         let rule = Rule::new(algo, limit, period_us, given)?;
         if rule.burst != burst {
@@ -228,9 +246,12 @@ mod tests {
     #[test]
     fn algo_names_round_trip() {
         for a in Algo::ALL {
-            assert_eq!(Algo::parse(a.name().to_uppercase().as_bytes()), Ok(a));
+            if a != Algo::Semaphore {
+                assert_eq!(Algo::parse(a.name().to_uppercase().as_bytes()), Ok(a));
+            }
             assert_eq!(Algo::from_code(a.code()), Some(a));
         }
+        assert!(Algo::parse(b"semaphore").is_err());
         assert!(Algo::parse(b"leaky").is_err());
     }
 

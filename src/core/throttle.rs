@@ -82,9 +82,8 @@ pub fn throttle(
 /// Converts a redis-cell value (the theoretical arrival time in nanoseconds since the epoch, as
 /// a decimal string) into this module's gcra state for `rule`. `None` if it is not one.
 pub fn from_redis_cell(value: &[u8], rule: Rule) -> Option<Limiter> {
-    let text = std::str::from_utf8(value).ok()?;
-    let tat_ns: i64 = text.parse().ok()?;
-    let tat_us = u64::try_from(tat_ns).ok()?.div_ceil(1000);
+    let tat_ns = super::parse::parse_u64(value, "value").ok()?;
+    let tat_us = tat_ns.div_ceil(1000);
     let tat = i128::from(tat_us) * i128::from(rule.limit());
     Limiter::from_parts(
         rule,
@@ -200,5 +199,6 @@ mod tests {
         assert!(from_redis_cell(b"not a number", rule).is_none());
         assert!(from_redis_cell(b"-5", rule).is_none());
         assert!(from_redis_cell(b"", rule).is_none());
+        assert!(from_redis_cell(b"+5", rule).is_none());
     }
 }

@@ -81,7 +81,7 @@ pub struct Sliding {
 
 impl Sliding {
     /// The counts as seen from the window containing `now_us`.
-    fn rolled(&self, rule: &Rule, now_us: u64) -> Sliding {
+    pub fn rolled(&self, rule: &Rule, now_us: u64) -> Sliding {
         let period = rule.period_us();
         let start = window_start(now_us, period);
         let (previous, current) = if self.start_us == start {

@@ -5,16 +5,17 @@
 //! `DEBUG DIGEST-VALUE`. Every field is bounds-checked on the way in: a payload that decodes is
 //! one some command could have produced.
 //!
-//! Version 1 layout (little-endian):
+//! Layout (little-endian):
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 1 | encoding version (1) |
-//! | 1 | algorithm code (0 gcra, 1 bucket) |
-//! | 8 | limit |
-//! | 8 | period in µs |
+//! | 1 | encoding version (2; version 1 is still read) |
+//! | 1 | algorithm code |
+//! | 8 | limit (the capacity for a semaphore) |
+//! | 8 | period in µs (the lease for a semaphore) |
 //! | 8 | capacity (BURST) |
 //! | … | the algorithm's state, below |
+//! | … | version 2: reservations, below |
 //!
 //! | algorithm | state |
 //! |---|---|
@@ -23,6 +24,11 @@
 //! | 2 window | window start µs (u64), count (u64) |
 //! | 3 sliding | window start µs (u64), previous count (u64), current count (u64) |
 //! | 4 log | entry count (u32), then per entry: µs (u64), cost (u32), oldest first |
+//! | 5 semaphore | next generated id (u64), lease count (u32), then per lease: holder length (u16), holder, expiry µs (u64), earliest first |
+//!
+//! Reservations (version 2): count (u32), then per reservation in id order: id length (u16),
+//! id, estimate (u64), remaining (u64), reset_after µs (u64), forgotten at µs (u64), settled
+//! (u8 0 or 1), and when settled: delta (i64), remaining (u64).
 
 use std::collections::VecDeque;
 
@@ -31,10 +37,12 @@ use smallvec::SmallVec;
 use crate::core::error::Error;
 use crate::core::limiter::{Limiter, State, Wide};
 use crate::core::log::{Entry, Log};
-use crate::core::rule::{Algo, Rule, MAX_LOG_LIMIT};
+use crate::core::reserve::{Reservation, Reservations, Settlement, MAX_ID_LEN, MAX_RESERVATIONS};
+use crate::core::rule::{Algo, Rule, MAX_LOG_LIMIT, MAX_SEMAPHORE_CAPACITY};
+use crate::core::semaphore::{Semaphore, MAX_HOLDER_LEN};
 use crate::core::window::{Fixed, Sliding};
 
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// An encoding; the fixed-size states fit inline, so encoding them never allocates.
 pub struct Encoded(SmallVec<[u8; 64]>);
@@ -42,6 +50,17 @@ pub struct Encoded(SmallVec<[u8; 64]>);
 impl Encoded {
     fn push(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        // Ids and holders are at most 256 bytes, which fits u16.
+        self.push(&u16::try_from(bytes.len()).unwrap_or(u16::MAX).to_le_bytes());
+        self.push(bytes);
+    }
+
+    fn push_count(&mut self, n: usize) {
+        // Every collection is bounded far below u32::MAX.
+        self.push(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -73,15 +92,37 @@ pub fn encode(limiter: &Limiter) -> Encoded {
         }
         State::Log(log) => {
             let entries = log.entries();
-            // A log holds at most MAX_LOG_LIMIT entries, which fits u32.
-            out.push(
-                &u32::try_from(entries.len())
-                    .unwrap_or(u32::MAX)
-                    .to_le_bytes(),
-            );
+            out.push_count(entries.len());
             for e in entries {
                 out.push(&e.at_us.to_le_bytes());
                 out.push(&e.cost.to_le_bytes());
+            }
+        }
+        State::Semaphore(s) => {
+            out.push(&s.next_id().to_le_bytes());
+            out.push_count(s.leases().count());
+            for (holder, expiry) in s.leases() {
+                out.push_bytes(holder);
+                out.push(&expiry.to_le_bytes());
+            }
+        }
+    }
+    let reservations: Vec<_> = limiter
+        .reservations()
+        .map(|r| r.entries().collect())
+        .unwrap_or_default();
+    out.push_count(reservations.len());
+    for (id, r) in reservations {
+        out.push_bytes(id);
+        for v in [r.estimate, r.remaining, r.reset_after_us, r.expires_us] {
+            out.push(&v.to_le_bytes());
+        }
+        match r.settled {
+            None => out.push(&[0]),
+            Some(s) => {
+                out.push(&[1]);
+                out.push(&s.delta.to_le_bytes());
+                out.push(&s.remaining.to_le_bytes());
             }
         }
     }
@@ -114,21 +155,47 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.take()?))
     }
 
+    fn i64(&mut self) -> Result<i64, Error> {
+        Ok(i64::from_le_bytes(self.take()?))
+    }
+
     fn i128(&mut self) -> Result<i128, Error> {
         Ok(i128::from_le_bytes(self.take()?))
+    }
+
+    /// A length-prefixed byte string of at most `max` bytes.
+    fn bytes(&mut self, max: usize) -> Result<Box<[u8]>, Error> {
+        let len = usize::from(u16::from_le_bytes(self.take()?));
+        if len == 0 || len > max || len > self.rest.len() {
+            return Err(Error::BadPayload("bad id length"));
+        }
+        let (head, tail) = self.rest.split_at(len);
+        self.rest = tail;
+        Ok(head.into())
+    }
+
+    /// A count of at most `max` items of at least `min_size` bytes each: checked against the
+    /// bytes left before anything is allocated for them.
+    fn count(&mut self, max: u64, min_size: usize) -> Result<usize, Error> {
+        let n = self.u32()?;
+        let n_usize = usize::try_from(n).map_err(|_| Error::BadPayload("count"))?;
+        if u64::from(n) > max || n_usize.saturating_mul(min_size) > self.rest.len() {
+            return Err(Error::BadPayload("count does not match the payload"));
+        }
+        Ok(n_usize)
     }
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
     let mut r = Reader { rest: bytes };
-    match r.u8()? {
-        1 => decode_v1(&mut r),
-        _ => Err(Error::BadPayload("unknown encoding version")),
+    let version = r.u8()?;
+    if !(1..=VERSION).contains(&version) {
+        return Err(Error::BadPayload("unknown encoding version"));
     }
-}
-
-fn decode_v1(r: &mut Reader<'_>) -> Result<Limiter, Error> {
     let algo = Algo::from_code(r.u8()?).ok_or(Error::BadPayload("unknown algorithm"))?;
+    if version == 1 && algo == Algo::Semaphore {
+        return Err(Error::BadPayload("unknown algorithm"));
+    }
     let (limit, period_us, burst) = (r.u64()?, r.u64()?, r.u64()?);
     let rule = Rule::restore(algo, limit, period_us, burst)
         .map_err(|_| Error::BadPayload("parameters out of range"))?;
@@ -150,15 +217,8 @@ fn decode_v1(r: &mut Reader<'_>) -> Result<Limiter, Error> {
             current: r.u64()?,
         }),
         Algo::Log => {
-            let n = r.u32()?;
-            if u64::from(n) > MAX_LOG_LIMIT {
-                return Err(Error::BadPayload("log longer than its largest limit"));
-            }
-            // Each entry takes 12 bytes: check the length before reserving memory for it.
-            if r.rest.len() != n as usize * 12 {
-                return Err(Error::BadPayload("log length does not match its entries"));
-            }
-            let mut entries = VecDeque::with_capacity(n as usize);
+            let n = r.count(MAX_LOG_LIMIT, 12)?;
+            let mut entries = VecDeque::with_capacity(n);
             for _ in 0..n {
                 entries.push_back(Entry {
                     at_us: r.u64()?,
@@ -168,11 +228,51 @@ fn decode_v1(r: &mut Reader<'_>) -> Result<Limiter, Error> {
             let log = Log::from_entries(entries).ok_or(Error::BadPayload("log out of order"))?;
             State::Log(Box::new(log))
         }
+        Algo::Semaphore => {
+            let next_id = r.u64()?;
+            let n = r.count(MAX_SEMAPHORE_CAPACITY, 11)?;
+            let mut leases = Vec::with_capacity(n);
+            for _ in 0..n {
+                leases.push((r.bytes(MAX_HOLDER_LEN)?, r.u64()?));
+            }
+            let s = Semaphore::from_leases(leases, next_id)
+                .ok_or(Error::BadPayload("duplicate holder"))?;
+            State::Semaphore(Box::new(s))
+        }
     };
+    let mut limiter = Limiter::from_parts(rule, state)?;
+    if version >= 2 {
+        let n = r.count(MAX_RESERVATIONS as u64, 36)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = r.bytes(MAX_ID_LEN)?;
+            let (estimate, remaining, reset_after_us, expires_us) =
+                (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            let settled = match r.u8()? {
+                0 => None,
+                1 => Some(Settlement {
+                    delta: r.i64()?,
+                    remaining: r.u64()?,
+                }),
+                _ => return Err(Error::BadPayload("bad settlement flag")),
+            };
+            let res = Reservation {
+                estimate,
+                remaining,
+                reset_after_us,
+                expires_us,
+                settled,
+            };
+            entries.push((id, res));
+        }
+        let reservations =
+            Reservations::from_entries(entries).ok_or(Error::BadPayload("duplicate id"))?;
+        limiter = limiter.with_reservations(reservations)?;
+    }
     if !r.rest.is_empty() {
         return Err(Error::BadPayload("trailing bytes"));
     }
-    Limiter::from_parts(rule, state)
+    Ok(limiter)
 }
 
 #[cfg(test)]
@@ -185,7 +285,24 @@ mod tests {
         let mut l = Limiter::new(algo, rule);
         for i in 0..7 {
             let now = 1_764_000_000_123_456 + i * 1000;
-            l.admit(algo, rule, 1 + i % 2, now, false).unwrap();
+            match algo {
+                Algo::Semaphore => {
+                    let holder = format!("worker-{i}");
+                    let h = (i % 2 == 0).then_some(holder.as_bytes());
+                    assert!(l.acquire(rule, h, now, false).unwrap().acquired);
+                }
+                Algo::Gcra | Algo::Bucket if i % 3 == 0 => {
+                    let id = format!("export-{i}");
+                    l.reserve(algo, rule, 2, id.as_bytes(), 3_600_000_000, now, false)
+                        .unwrap();
+                    if i == 3 {
+                        l.settle(id.as_bytes(), 5, now).unwrap();
+                    }
+                }
+                _ => {
+                    l.admit(algo, rule, 1 + i % 2, now, false).unwrap();
+                }
+            }
         }
         l
     }

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Instructions per call of the module's commands and of their baselines, counted by callgrind:
+# unlike usec_per_call, immune to the other jobs on a shared machine. Same commands as e2e.sh.
+#
+#   bash benches/callgrind.sh           # builds the module, runs everything, prints Markdown
+#
+# One redis-server runs under `valgrind --tool=callgrind --instr-atstart=no` on a free
+# 127.0.0.1 port. For each command: FLUSHALL, create the keys of an existing-key variant
+# (instrumentation off), then instrumentation on, counters zeroed, `redis-benchmark -P 16 -c 1
+# -n CG_N` (one connection, so the counts do not depend on scheduling), a dump, instrumentation
+# off. Active expiry is off (DEBUG SET-ACTIVE-EXPIRE 0), so the counts hold the command and its
+# request, not the deletion of other keys, which depends on how fast valgrind runs.
+#
+# Environment (all optional; see also benches/lib.sh):
+#   CG_N          calls per command (default 20000; the 5-key commands get CG_N/8)
+#   KEYS          keys of the existing-key variants (default 10000); new-key variants draw from
+#                 10^8 keys, so nearly every call creates its key
+#   ONLY          a regular expression: only the commands whose name matches
+#   BREAKDOWN     a regular expression: the commands whose cost centres are listed
+#                 (default: RL.ADMIT gcra, both variants, and RL.MULTI with existing keys)
+#   TOP           inclusive cost centres listed per breakdown (default 30)
+#   CG_KEEP       a directory to copy the callgrind dumps to (for callgrind_annotate, kcachegrind)
+#   SKIP_BUILD=1  use the existing target/release/librl.so
+#
+# What the numbers are: Ir (instructions executed in user space) per call, from
+# callgrind_annotate --inclusive=yes. Kernel work (read, write, epoll) is not counted.
+set -euo pipefail
+KEYS=${KEYS:-10000}
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CG_N=${CG_N:-20000}
+ONLY=${ONLY:-}
+BREAKDOWN=${BREAKDOWN:-^(RL\.ADMIT gcra(, existing key)?|RL\.MULTI 5 rules, existing keys)$}
+TOP=${TOP:-30}
+NEW_KEYSPACE=100000000
+
+need_tools valgrind callgrind_control callgrind_annotate awk
+build_module
+DIR=$(mktemp -d /tmp/rl-bench.XXXXXX)
+SERVER_ARGS="--enable-debug-command local"
+start_server valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$DIR/callgrind.out"
+cli DEBUG SET-ACTIVE-EXPIRE 0 >/dev/null
+load_scripts
+define_benches
+VALGRIND_VERSION=$(valgrind --version)
+
+control() { callgrind_control "$@" "$SERVER_PID" >/dev/null 2>&1 || die "callgrind_control $*: failed"; }
+
+# Inclusive Ir per function name, plus "PROGRAM TOTALS". callgrind_annotate also lists a
+# function's inlined parts under the files they come from ("key.rs:rl::commands::admit::run");
+# those are parts of the function's own entry, so each function gets its largest entry.
+costs() { # $1: dump file
+    callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$1" 2>/dev/null | awk '
+        /PROGRAM TOTALS/ { gsub(",", "", $1); print "PROGRAM TOTALS\t" $1; next }
+        /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ {
+            ir = $1; gsub(",", "", ir)
+            rest = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", rest)
+            sub(/ \[[^]]*\]$/, "", rest)
+            k = index(rest, ":"); fn = (k ? substr(rest, k + 1) : rest)
+            if (ir + 0 > max[fn] + 0) max[fn] = ir
+        }
+        END { for (fn in max) print fn "\t" max[fn] }' | sort -t$'\t' -k2,2nr
+}
+ir() { # $1: costs file, $2: function name -> inclusive Ir (0 when absent)
+    awk -F'\t' -v f="$2" '$1==f {print $2; found=1} END {if (!found) print 0}' "$1"
+}
+proc_of() { # the function that implements a command, by commandstats entry
+    case $1 in
+        incr) echo incrCommand ;;
+        set) echo setCommand ;;
+        evalsha) echo evalShaCommand ;;
+        *) echo RedisModuleCommandDispatcher ;;
+    esac
+}
+per() { awk -v a="$1" -v n="$2" 'BEGIN {printf "%.0f", a / n}'; }
+
+declare -A CALLS REQ PROC PCMD COSTS
+selected() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
+dumps=0
+log "== callgrind: redis-benchmark -P 16 -c 1 -n $CG_N (5-key commands: $((CG_N / 8))) per command"
+for entry in "${BENCHES[@]}"; do
+    IFS='|' read -r name stat div _ command populate <<<"$entry"
+    selected "$name" || continue
+    start=$SECONDS
+    cli FLUSHALL SYNC >/dev/null
+    keyspace=$NEW_KEYSPACE
+    if [[ -n $populate ]]; then
+        IFS=';' read -r -a populates <<<"$populate"
+        for p in "${populates[@]}"; do
+            # shellcheck disable=SC2086
+            pipe_all $p
+        done
+        keyspace=$KEYS
+    fi
+    n=$((CG_N / div))
+    cli CONFIG RESETSTAT >/dev/null
+    control --instr=on
+    control --zero
+    # shellcheck disable=SC2086 # the command is split into its arguments on purpose
+    "$REDIS_BENCHMARK" -h "$HOST" -p "$PORT" -P 16 -n "$n" -c 1 -r "$keyspace" -q $command \
+        >/dev/null 2>&1 || die "$name: redis-benchmark failed"
+    dumps=$((dumps + 1))
+    control --dump="$name"
+    control --instr=off
+    dump=$DIR/callgrind.out.$dumps
+    [[ -s $dump ]] || die "$name: no dump $dump"
+    calls=$(stat_field "$stat" calls)
+    failed=$(stat_field "$stat" failed_calls)
+    [[ -n $calls && $calls -ge $n ]] || die "$name: $calls calls, expected $n"
+    [[ ${failed:-0} == 0 ]] || die "$name: $failed failed calls"
+    costs "$dump" >"$dump.costs"
+    COSTS[$name]=$dump.costs
+    total=$(ir "$dump.costs" "PROGRAM TOTALS")
+    cron=$(ir "$dump.costs" serverCron)
+    CALLS[$name]=$calls
+    REQ[$name]=$(per "$((total - cron))" "$calls")
+    PCMD[$name]=$(per "$(ir "$dump.costs" processCommand)" "$calls")
+    PROC[$name]=$(per "$(ir "$dump.costs" "$(proc_of "$stat")")" "$calls")
+    log "   $(printf '%-32s' "$name") calls=$calls  Ir/request=${REQ[$name]}  processCommand=${PCMD[$name]}  command=${PROC[$name]}  ($((SECONDS - start)) s)"
+done
+if [[ -n ${CG_KEEP:-} ]]; then
+    mkdir -p "$CG_KEEP"
+    cp "$DIR"/callgrind.out.* "$CG_KEEP"/
+    log "== dumps copied to $CG_KEEP"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The tables
+# ---------------------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a/b}'; }
+echo
+echo "Redis $SERVER_VERSION under $VALGRIND_VERSION (callgrind), $(date -u +%Y-%m-%d); $MODULE_USED;"
+echo "redis-benchmark -P 16 -c 1 -n $CG_N (5-key commands: $((CG_N / 8))); new keys drawn from"
+echo "$NEW_KEYSPACE, existing keys from $KEYS created beforehand. Ir per call (user-space instructions):"
+echo "request = the whole server per request (reading, parsing, the command, the reply, writing;"
+echo "not serverCron); command = inside the command's function (what usec_per_call times)."
+echo
+echo "| command | Ir/request | vs INCR | Ir in command | vs INCR | compared (command) | compared (request) |"
+echo "|---|---:|---:|---:|---:|---|---|"
+for entry in "${BENCHES[@]}"; do
+    IFS='|' read -r name _ _ cmp _ _ <<<"$entry"
+    selected "$name" || continue
+    c_cmd="-" c_req="-"
+    ref=${cmp:1}
+    if [[ -n $cmp && -n ${PROC[$ref]:-} ]]; then
+        case $cmp in
+            "<"*) c_cmd="$(ratio "${PROC[$ref]}" "${PROC[$name]}") cheaper than $ref"
+                  c_req="$(ratio "${REQ[$ref]}" "${REQ[$name]}") cheaper" ;;
+            ">"*) c_cmd="$(ratio "${PROC[$name]}" "${PROC[$ref]}") the cost of $ref"
+                  c_req="$(ratio "${REQ[$name]}" "${REQ[$ref]}")" ;;
+        esac
+    fi
+    vs_req="-" vs_proc="-"
+    if [[ -n ${REQ[INCR]:-} ]]; then
+        vs_req=$(ratio "${REQ[$name]}" "${REQ[INCR]}")
+        vs_proc=$(ratio "${PROC[$name]}" "${PROC[INCR]}")
+    fi
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$name" "${REQ[$name]}" "$vs_req" \
+        "${PROC[$name]}" "$vs_proc" "$c_cmd" "$c_req"
+done
+
+# Where the instructions of one module command go: a waterfall from the request down to the
+# module's own code, then the Redis module API functions the module called, then the top
+# inclusive cost centres.
+for entry in "${BENCHES[@]}"; do
+    IFS='|' read -r name stat _ _ _ _ <<<"$entry"
+    if ! selected "$name" || ! [[ $name =~ $BREAKDOWN ]]; then continue; fi
+    f=${COSTS[$name]}
+    calls=${CALLS[$name]}
+    p() { per "$(ir "$f" "$1")" "$calls"; }
+    callback=$(awk -F'\t' '$1 ~ /^rl::commands::[a-z_]+_callback$/ {print $1; exit}' "$f")
+    req=${REQ[$name]} pc=$(p processCommand) cl=$(p call) disp=$(p RedisModuleCommandDispatcher)
+    cb=$(p "$callback")
+    api=$(awk -F'\t' -v n="$calls" '$1 ~ /^RM_/ {s += $2} END {printf "%.0f", s / n}' "$f")
+    clock=$(awk -F'\t' -v n="$calls" '$1 ~ /clock_gettime/ {s += $2} END {printf "%.0f", s / n}' "$f")
+    echo
+    echo "### $name: where the $req instructions of a request go (Ir per call)"
+    echo
+    echo "| part | Ir/call | share |"
+    echo "|---|---:|---:|"
+    row() { printf '| %s | %s | %s |\n' "$1" "$2" "$(awk -v a="$2" -v b="$req" 'BEGIN {printf "%.1f %%", 100 * a / b}')"; }
+    row "reading, parsing the request, writing the reply, event loop (request − processCommand)" $((req - pc))
+    row "processCommand before call(): command lookup, ACL, checks" $((pc - cl))
+    row "call() around the command: stats, slowlog, afterCommand/propagation" $((cl - disp))
+    row "RedisModuleCommandDispatcher around the callback: context create/free" $((disp - cb))
+    row "Redis module API called by the module (RM_*, below)" "$api"
+    row "clock_gettime" "$clock"
+    row "the module's own code: argument views, parsing, decision, encoding, reply building" $((cb - api - clock))
+    echo
+    echo "| Redis module API function (inclusive) | Ir/call |"
+    echo "|---|---:|"
+    awk -F'\t' -v n="$calls" '$1 ~ /^RM_/ && $2 / n >= 0.5 {printf "| %s | %.0f |\n", $1, $2 / n}' "$f"
+    echo
+    echo "Top $TOP inclusive cost centres inside the command (at most RedisModuleCommandDispatcher's"
+    echo "Ir; a Redis function also called outside the command, such as dictFind or zmalloc, counts"
+    echo "its calls from outside too):"
+    echo
+    echo "| function | inclusive Ir/call |"
+    echo "|---|---:|"
+    awk -F'\t' -v n="$calls" -v d="$(ir "$f" RedisModuleCommandDispatcher)" \
+        -v top="$TOP" '$1 != "PROGRAM TOTALS" && $2 <= d && shown++ < top {printf "| `%s` | %.0f |\n", $1, $2 / n}' "$f"
+    echo
+    echo "Top 15 self costs (whole request):"
+    echo
+    echo "| function | self Ir/call |"
+    echo "|---|---:|"
+    callgrind_annotate --threshold=100 --auto=no "${f%.costs}" 2>/dev/null | awk -v n="$calls" '
+        /PROGRAM TOTALS/ { next }
+        /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ {
+            ir = $1; gsub(",", "", ir)
+            rest = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", rest)
+            sub(/ \[[^]]*\]$/, "", rest)
+            k = index(rest, ":"); fn = (k ? substr(rest, k + 1) : rest)
+            self[fn] += ir
+        }
+        END { for (fn in self) printf "%s\t%d\n", fn, self[fn] }' | sort -t$'\t' -k2,2nr |
+        awk -F'\t' -v n="$calls" 'NR <= 15 {printf "| `%s` | %.0f |\n", $1, $2 / n}'
+done
+log "== done in ${SECONDS} s"

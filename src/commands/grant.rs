@@ -1,0 +1,34 @@
+//! `RL.GRANT key limit period [BURST b] [ALGO a] WANT n [TTL duration]`: leases a chunk of
+//! tokens for local spending.
+
+use super::admit::update;
+use super::reply::int;
+use super::{Call, CmdError, Key};
+use crate::clock;
+use crate::core::grant::parse_grant;
+use crate::core::limiter::{Grant, Limiter};
+use crate::stats;
+
+pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
+    let result = grant(call);
+    stats::GRANT.count(result.as_ref().ok().map(|g| g.granted > 0));
+    let g = result?;
+    call.reply().int_record(&[
+        ("granted", int(g.granted)),
+        ("remaining", int(g.remaining)),
+        ("valid_ms", int(g.valid_us / 1000)),
+    ]);
+    Ok(())
+}
+
+fn grant(call: &Call<'_>) -> Result<Grant, CmdError> {
+    let req = parse_grant(call.args.get(2..).unwrap_or_default())?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let now = clock::now_us();
+    let fresh = Limiter::new(req.algo, req.rule);
+    let granted = update(call, &mut key, 1, Some(fresh), |l| {
+        let g = l.grant(req.algo, req.rule, req.want, req.ttl_us, now)?;
+        Ok((g, g.granted > 0))
+    })?;
+    granted.ok_or(super::CmdError::WrongType)
+}

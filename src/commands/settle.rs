@@ -1,0 +1,44 @@
+//! `RL.SETTLE key id actual`: settles a reservation with the actual cost.
+
+use super::admit::update;
+use super::reply::{int, Value};
+use super::{Call, CmdError, Key};
+use crate::clock;
+use crate::core::admit::parse_id;
+use crate::core::error::Error;
+use crate::core::parse::parse_count;
+use crate::core::reserve::Settlement;
+use crate::core::rule::MAX_COUNT;
+use crate::stats;
+
+pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
+    let result = settle(call);
+    stats::SETTLE.count(result.as_ref().ok().map(Option::is_some));
+    match result? {
+        None => call.reply().value(Value::Null),
+        Some(s) => {
+            let reply = call.reply();
+            let record = reply.record(2);
+            record.field("delta", Value::Int(s.delta));
+            record.field("remaining", Value::Int(int(s.remaining)));
+        }
+    }
+    Ok(())
+}
+
+fn settle(call: &Call<'_>) -> Result<Option<Settlement>, CmdError> {
+    let [_, _, id, actual] = call.args[..] else {
+        return Err(Error::Arity("RL.SETTLE").into());
+    };
+    let id = parse_id(id, "id")?;
+    let actual = parse_count(actual, "actual", 0, MAX_COUNT)?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let now = clock::now_us();
+    let settled = update(call, &mut key, 1, None, |l| {
+        Ok(match l.settle(id, actual, now) {
+            Some((s, changed)) => (Some(s), changed),
+            None => (None, false),
+        })
+    })?;
+    Ok(settled.flatten())
+}

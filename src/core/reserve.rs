@@ -1,0 +1,217 @@
+//! Reservations: admit with an estimated cost now, settle the actual cost later.
+//!
+//! A reservation remembers the decision it was admitted with (so a retried `RESERVE` with the same
+//! id replies the same and spends nothing) and, once settled, the settlement's reply (so a retried
+//! `RL.SETTLE` replies the same and changes nothing). Each is forgotten `KEEP` after it was made.
+
+use std::collections::BTreeMap;
+
+/// Longest reservation id, in bytes.
+pub const MAX_ID_LEN: usize = 256;
+/// Most reservations one key keeps at once.
+pub const MAX_RESERVATIONS: usize = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settlement {
+    /// Units debited (positive) or credited (negative) by the settlement, after clamping.
+    pub delta: i64,
+    pub remaining: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub estimate: u64,
+    /// The admission's reply fields: remaining and reset_after (µs), as first replied.
+    pub remaining: u64,
+    pub reset_after_us: u64,
+    /// When the reservation is forgotten (µs since the epoch).
+    pub expires_us: u64,
+    pub settled: Option<Settlement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reservations {
+    by_id: BTreeMap<Box<[u8]>, Reservation>,
+}
+
+impl Reservations {
+    pub fn from_entries(entries: Vec<(Box<[u8]>, Reservation)>) -> Option<Reservations> {
+        let mut r = Reservations::default();
+        for (id, res) in entries {
+            if id.is_empty() || id.len() > MAX_ID_LEN || r.by_id.insert(id, res).is_some() {
+                return None;
+            }
+        }
+        (r.by_id.len() <= MAX_RESERVATIONS).then_some(r)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &Reservation)> {
+        self.by_id.iter().map(|(k, v)| (&**k, v))
+    }
+
+    /// The reservation under `id`, unless it was forgotten by `now_us`.
+    pub fn get(&self, id: &[u8], now_us: u64) -> Option<&Reservation> {
+        self.by_id.get(id).filter(|r| r.expires_us > now_us)
+    }
+
+    /// Live reservations at `now_us`.
+    pub fn live(&self, now_us: u64) -> usize {
+        self.by_id
+            .values()
+            .filter(|r| r.expires_us > now_us)
+            .count()
+    }
+
+    /// Records a reservation, dropping the forgotten ones. False when the key already keeps
+    /// `MAX_RESERVATIONS`.
+    pub fn insert(&mut self, id: &[u8], r: Reservation, now_us: u64) -> bool {
+        self.by_id.retain(|_, r| r.expires_us > now_us);
+        if self.by_id.len() >= MAX_RESERVATIONS {
+            return false;
+        }
+        self.by_id.insert(id.into(), r);
+        true
+    }
+
+    pub fn settle(&mut self, id: &[u8], s: Settlement, now_us: u64) {
+        self.by_id.retain(|_, r| r.expires_us > now_us);
+        if let Some(r) = self.by_id.get_mut(id) {
+            r.settled = Some(s);
+        }
+    }
+
+    /// When the last reservation is forgotten (0 when there is none).
+    pub fn until_us(&self) -> u64 {
+        self.by_id.values().map(|r| r.expires_us).max().unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Approximate heap bytes: the id and the record in a B-tree node.
+    pub fn heap_bytes(&self) -> usize {
+        self.by_id
+            .keys()
+            .map(|id| id.len() + 16 + std::mem::size_of::<Reservation>() + 16)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::limiter::Limiter;
+    use crate::core::rule::{Algo, Rule};
+
+    const S: u64 = 1_000_000;
+    const T0: u64 = 1_764_000_000 * S;
+    const HOUR: u64 = 3600 * S;
+
+    /// P-READ's bucket: capacity 20, 2 per second.
+    fn p_read(algo: Algo) -> (Limiter, Rule) {
+        let rule = Rule::new(algo, 2, S, Some(20)).unwrap();
+        (Limiter::new(algo, rule), rule)
+    }
+
+    #[test]
+    fn an_export_that_cost_14_debits_4_more() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let (mut l, rule) = p_read(algo);
+            let (d, _) = l
+                .reserve(algo, rule, 10, b"exp-1", HOUR, T0, false)
+                .unwrap();
+            assert_eq!((d.allowed, d.remaining), (true, 10));
+            let (s, changed) = l.settle(b"exp-1", 14, T0).unwrap();
+            assert!(changed);
+            assert_eq!((s.delta, s.remaining), (4, 6));
+            // Retried: same reply, nothing changes.
+            let before = l.clone();
+            assert_eq!(l.settle(b"exp-1", 14, T0), Some((s, false)));
+            assert_eq!(l, before);
+        }
+    }
+
+    #[test]
+    fn an_export_that_cost_6_credits_4_but_never_above_capacity() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let (mut l, rule) = p_read(algo);
+            l.reserve(algo, rule, 10, b"exp-2", HOUR, T0, false)
+                .unwrap();
+            let (s, _) = l.settle(b"exp-2", 6, T0).unwrap();
+            assert_eq!((s.delta, s.remaining), (-4, 14));
+            // A credit larger than what was spent stops at the capacity.
+            l.reserve(algo, rule, 1, b"exp-3", HOUR, T0, false).unwrap();
+            let (s, _) = l.settle(b"exp-3", 0, T0 + 60 * S).unwrap();
+            assert_eq!(s.remaining, 20);
+        }
+    }
+
+    #[test]
+    fn debt_refuses_until_refill_repays_it_and_is_bounded_by_the_capacity() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let (mut l, rule) = p_read(algo);
+            l.reserve(algo, rule, 20, b"big", HOUR, T0, false).unwrap();
+            // Actual 100: the balance stops at -20 (minus the capacity).
+            let (s, _) = l.settle(b"big", 100, T0).unwrap();
+            assert_eq!((s.delta, s.remaining), (80, 0));
+            assert_eq!(l.debt(T0), 20);
+            let d = l.admit(algo, rule, 1, T0, false).unwrap();
+            assert!(!d.allowed);
+            // 20 owed plus 1 to spend at 2 per second: 10.5 s.
+            assert_eq!(d.retry_after_ms(), 10_500);
+            assert!(
+                l.admit(algo, rule, 1, T0 + 10_500_000, false)
+                    .unwrap()
+                    .allowed
+            );
+        }
+    }
+
+    #[test]
+    fn a_retried_reserve_replies_the_original_without_spending() {
+        let (mut l, rule) = p_read(Algo::Gcra);
+        let (first, changed) = l
+            .reserve(Algo::Gcra, rule, 5, b"r", HOUR, T0, false)
+            .unwrap();
+        assert!(changed);
+        let before = l.clone();
+        let (again, changed) = l
+            .reserve(Algo::Gcra, rule, 5, b"r", HOUR, T0 + S, false)
+            .unwrap();
+        assert!(!changed);
+        assert_eq!(first, again);
+        assert_eq!(l, before);
+        // Forgotten after KEEP: the same id reserves anew.
+        let (later, _) = l
+            .reserve(Algo::Gcra, rule, 5, b"r", HOUR, T0 + HOUR, false)
+            .unwrap();
+        assert_eq!(later.remaining, 15);
+        assert_eq!(l.settle(b"unknown", 1, T0 + HOUR), None);
+        assert_eq!(l.settle(b"r", 1, T0 + 3 * HOUR), None, "forgotten");
+    }
+
+    #[test]
+    fn a_refused_reserve_is_not_remembered() {
+        let (mut l, rule) = p_read(Algo::Bucket);
+        l.admit(Algo::Bucket, rule, 18, T0, false).unwrap();
+        let (d, changed) = l
+            .reserve(Algo::Bucket, rule, 10, b"r", HOUR, T0, false)
+            .unwrap();
+        assert!(!d.allowed && !changed);
+        assert!(l.reservations().is_none());
+        assert_eq!(l.settle(b"r", 10, T0), None);
+    }
+
+    #[test]
+    fn only_rate_keys_take_reservations() {
+        let rule = Rule::new(Algo::Window, 5, S, None).unwrap();
+        let mut l = Limiter::new(Algo::Window, rule);
+        let e = l
+            .reserve(Algo::Window, rule, 1, b"r", HOUR, T0, false)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ERR reservations are only for ALGO gcra and bucket keys"
+        );
+    }
+}

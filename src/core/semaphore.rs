@@ -1,0 +1,325 @@
+//! A concurrency semaphore with leases: at most `capacity` holders at once, each until its lease
+//! expires. A crashed holder's slot comes back by expiry.
+//!
+//! Leases are indexed by holder and by expiry, so acquire, release and renew cost O(log n) and
+//! finding the earliest expiry is O(1); nothing scans the live leases. Expired leases do not
+//! count; they are dropped when the semaphore is next written, so a refusal or a release of an
+//! unknown holder changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::admit::parse_id;
+use super::error::Error;
+use super::parse::{parse_count, parse_duration};
+use super::rule::{Algo, Rule, MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+
+/// Longest holder id, in bytes.
+pub const MAX_HOLDER_LEN: usize = 256;
+
+fn parse_lease(bytes: &[u8]) -> Result<u64, Error> {
+    parse_duration(bytes, "lease", MAX_PERIOD_US, MAX_PERIOD_TEXT)
+}
+
+/// Parses `capacity lease [ID holder]` (after the key) into the semaphore's rule and holder.
+pub fn parse_acquire<A: AsRef<[u8]>>(args: &[A]) -> Result<(Rule, Option<&[u8]>), Error> {
+    let (capacity, lease, rest) = match args {
+        [c, l, rest @ ..] => (c.as_ref(), l.as_ref(), rest),
+        _ => return Err(Error::Arity("RL.ACQUIRE")),
+    };
+    let capacity = parse_count(capacity, "capacity", 1, MAX_SEMAPHORE_CAPACITY)?;
+    let lease = parse_lease(lease)?;
+    let holder = match rest {
+        [] => None,
+        [token, id] if token.as_ref().eq_ignore_ascii_case(b"ID") => {
+            Some(parse_id(id.as_ref(), "holder")?)
+        }
+        [token] if token.as_ref().eq_ignore_ascii_case(b"ID") => {
+            return Err(Error::MissingValue("ID"))
+        }
+        [token, ..] => return Err(Error::Syntax(super::error::printable(token.as_ref()))),
+    };
+    Ok((Rule::new(Algo::Semaphore, capacity, lease, None)?, holder))
+}
+
+/// Parses `holder lease` (after the key) of `RL.RENEW`.
+pub fn parse_renew<A: AsRef<[u8]>>(args: &[A]) -> Result<(&[u8], u64), Error> {
+    match args {
+        [holder, lease] => Ok((
+            parse_id(holder.as_ref(), "holder")?,
+            parse_lease(lease.as_ref())?,
+        )),
+        _ => Err(Error::Arity("RL.RENEW")),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Semaphore {
+    /// Holder → expiry (µs since the epoch).
+    leases: BTreeMap<Box<[u8]>, u64>,
+    /// (expiry, holder), earliest first.
+    by_expiry: BTreeSet<(u64, Box<[u8]>)>,
+    /// Sequence number for generated holder ids.
+    next_id: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquire {
+    pub acquired: bool,
+    pub holder: Vec<u8>,
+    pub in_flight: u64,
+    pub retry_after_us: u64,
+}
+
+impl Semaphore {
+    /// Rebuilds a semaphore from (holder, expiry) pairs; `None` on a duplicate holder.
+    pub fn from_leases(leases: Vec<(Box<[u8]>, u64)>, next_id: u64) -> Option<Semaphore> {
+        let mut s = Semaphore {
+            next_id,
+            ..Semaphore::default()
+        };
+        for (holder, expiry) in leases {
+            if holder.is_empty() || holder.len() > MAX_HOLDER_LEN {
+                return None;
+            }
+            s.by_expiry.insert((expiry, holder.clone()));
+            if s.leases.insert(holder, expiry).is_some() {
+                return None;
+            }
+        }
+        Some(s)
+    }
+
+    /// Leases, earliest expiry first.
+    pub fn leases(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        self.by_expiry.iter().map(|(e, h)| (&**h, *e))
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    fn holds(&self, holder: &[u8], now_us: u64) -> bool {
+        self.leases.get(holder).is_some_and(|&e| e > now_us)
+    }
+
+    /// Leases still live at `now_us`.
+    pub fn in_flight(&self, now_us: u64) -> u64 {
+        let expired = self
+            .by_expiry
+            .range(..(now_us.saturating_add(1), Box::default()))
+            .count();
+        (self.by_expiry.len() - expired) as u64
+    }
+
+    fn earliest_live(&self, now_us: u64) -> Option<u64> {
+        self.by_expiry
+            .range((now_us.saturating_add(1), Box::<[u8]>::default())..)
+            .next()
+            .map(|(e, _)| *e)
+    }
+
+    /// Drops the leases that expired by `now_us`.
+    fn prune(&mut self, now_us: u64) {
+        while let Some((expiry, _)) = self.by_expiry.first() {
+            if *expiry > now_us {
+                break;
+            }
+            if let Some((_, holder)) = self.by_expiry.pop_first() {
+                self.leases.remove(&holder);
+            }
+        }
+    }
+
+    fn set(&mut self, holder: &[u8], expiry: u64) {
+        if let Some(old) = self.leases.insert(holder.into(), expiry) {
+            self.by_expiry.remove(&(old, holder.into()));
+        }
+        self.by_expiry.insert((expiry, holder.into()));
+    }
+
+    /// Takes (or, for a holder that already has one, renews) a slot until `now + lease_us`.
+    /// A holder id is generated when none is given. Changes nothing when refused.
+    pub fn acquire(
+        &mut self,
+        capacity: u64,
+        lease_us: u64,
+        holder: Option<&[u8]>,
+        now_us: u64,
+        dry: bool,
+    ) -> Acquire {
+        let renewing = holder.is_some_and(|h| self.holds(h, now_us));
+        let live = self.in_flight(now_us);
+        if !renewing && live >= capacity {
+            let retry = self.earliest_live(now_us).map_or(0, |e| e - now_us);
+            return Acquire {
+                acquired: false,
+                holder: holder.map(<[u8]>::to_vec).unwrap_or_default(),
+                in_flight: live,
+                retry_after_us: retry,
+            };
+        }
+        let holder = match holder {
+            Some(h) => h.to_vec(),
+            None => format!("{now_us:x}-{:x}", self.next_id).into_bytes(),
+        };
+        let in_flight = if renewing { live } else { live + 1 };
+        if !dry {
+            self.prune(now_us);
+            self.set(&holder, now_us.saturating_add(lease_us));
+            if !renewing && self.next_id < u64::MAX {
+                self.next_id += 1;
+            }
+        }
+        Acquire {
+            acquired: true,
+            holder,
+            in_flight,
+            retry_after_us: 0,
+        }
+    }
+
+    /// Gives a slot back; false (and no change) when `holder` holds none.
+    pub fn release(&mut self, holder: &[u8], now_us: u64) -> bool {
+        if !self.holds(holder, now_us) {
+            return false;
+        }
+        if let Some(expiry) = self.leases.remove(holder) {
+            self.by_expiry.remove(&(expiry, holder.into()));
+        }
+        self.prune(now_us);
+        true
+    }
+
+    /// Extends a live lease to `now + lease_us`; false (and no change) when it has expired.
+    pub fn renew(&mut self, holder: &[u8], lease_us: u64, now_us: u64) -> bool {
+        if !self.holds(holder, now_us) {
+            return false;
+        }
+        self.prune(now_us);
+        self.set(holder, now_us.saturating_add(lease_us));
+        true
+    }
+
+    /// When the last lease expires; 0 when there is none (the key then equals an absent one).
+    pub fn full_at_us(&self) -> u64 {
+        self.by_expiry.last().map_or(0, |(e, _)| *e)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// Approximate heap bytes: each lease's holder is kept twice, in two B-tree nodes.
+    pub fn heap_bytes(&self) -> usize {
+        self.leases.keys().map(|h| 2 * (h.len() + 48)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+    const T0: u64 = 1_764_000_000 * S;
+
+    #[test]
+    fn p_export_three_in_flight_then_wait_for_the_earliest() {
+        let mut s = Semaphore::default();
+        for (i, h) in [b"a", b"b", b"c"].iter().enumerate() {
+            let r = s.acquire(3, 60 * S, Some(*h), T0 + i as u64 * S, false);
+            assert!(r.acquired);
+            assert_eq!(r.in_flight, i as u64 + 1);
+        }
+        let r = s.acquire(3, 60 * S, Some(b"d"), T0 + 10 * S, false);
+        assert!(!r.acquired);
+        assert_eq!(r.in_flight, 3);
+        assert_eq!(r.retry_after_us, 50 * S, "a's lease ends at T0 + 60 s");
+        // A crashed holder's slot comes back by expiry.
+        let r = s.acquire(3, 60 * S, Some(b"d"), T0 + 60 * S, false);
+        assert!(r.acquired);
+        assert_eq!(r.in_flight, 3);
+        assert_eq!(s.leases().count(), 3, "the expired lease was dropped");
+    }
+
+    #[test]
+    fn release_is_idempotent_and_renew_after_expiry_fails() {
+        let mut s = Semaphore::default();
+        s.acquire(3, 10 * S, Some(b"a"), T0, false);
+        let before = s.clone();
+        assert!(!s.release(b"zz", T0), "not held");
+        assert_eq!(s, before);
+        assert!(s.release(b"a", T0 + S));
+        assert!(!s.release(b"a", T0 + S), "twice");
+        s.acquire(3, 10 * S, Some(b"b"), T0, false);
+        assert!(!s.release(b"b", T0 + 10 * S), "after expiry");
+        assert!(!s.renew(b"b", 10 * S, T0 + 10 * S));
+        s.acquire(3, 10 * S, Some(b"c"), T0, false);
+        assert!(s.renew(b"c", 30 * S, T0 + 5 * S));
+        assert_eq!(s.full_at_us(), T0 + 35 * S);
+    }
+
+    #[test]
+    fn reacquiring_renews_instead_of_taking_a_second_slot() {
+        let mut s = Semaphore::default();
+        s.acquire(1, 10 * S, Some(b"a"), T0, false);
+        let r = s.acquire(1, 10 * S, Some(b"a"), T0 + 5 * S, false);
+        assert!(r.acquired);
+        assert_eq!(r.in_flight, 1);
+        assert_eq!(s.full_at_us(), T0 + 15 * S);
+    }
+
+    #[test]
+    fn generated_holders_are_distinct() {
+        let mut s = Semaphore::default();
+        let a = s.acquire(5, S, None, T0, false).holder;
+        let b = s.acquire(5, S, None, T0, false).holder;
+        assert_ne!(a, b);
+        assert!(s.release(&a, T0));
+    }
+
+    #[test]
+    fn parsing() {
+        let args =
+            |l: &'static str| -> Vec<&'static [u8]> { l.split(' ').map(str::as_bytes).collect() };
+        let with_id = args("3 60s ID job-7");
+        let (rule, holder) = parse_acquire(&with_id).unwrap();
+        assert_eq!(
+            (rule.limit(), rule.period_us(), holder),
+            (3, 60 * S, Some(&b"job-7"[..]))
+        );
+        assert_eq!(parse_acquire(&args("3 60s")).unwrap().1, None);
+        let e = |r: Result<(Rule, Option<&[u8]>), Error>| r.unwrap_err().to_string();
+        let cases = [
+            ("0 60s", "ERR capacity must be in the range [1, 100000]"),
+            (
+                "3 60",
+                "ERR lease needs a unit: add ms, s, m, h or d (for example 10s)",
+            ),
+            ("3 60s ID", "ERR ID needs a value"),
+            ("3 60s HOLDER x", "ERR syntax error near 'HOLDER'"),
+        ];
+        for (line, want) in cases {
+            let a = args(line);
+            assert_eq!(e(parse_acquire(&a)), want, "{line}");
+        }
+        let renew = args("job-7 30s");
+        assert_eq!(parse_renew(&renew).unwrap(), (&b"job-7"[..], 30 * S));
+    }
+
+    #[test]
+    fn large_capacity_stays_logarithmic() {
+        let mut s = Semaphore::default();
+        for i in 0..5000u64 {
+            let h = i.to_string();
+            assert!(
+                s.acquire(5000, 60 * S, Some(h.as_bytes()), T0 + i, false)
+                    .acquired
+            );
+        }
+        assert!(
+            !s.acquire(5000, 60 * S, Some(b"x"), T0 + 6000, false)
+                .acquired
+        );
+        assert_eq!(s.in_flight(T0 + 6000), 5000);
+    }
+}

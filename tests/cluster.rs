@@ -1,0 +1,463 @@
+//! A real 3-primary Redis Cluster on loopback, the module loaded on every node: the commands
+//! are routed (`MOVED`, `CROSSSLOT`) and the limiters survive live resharding (`MIGRATE`).
+//!
+//! The cluster is built with `redis-cli --cluster create` (or `$RL_CLI`; `valkey-cli` when the
+//! suite runs against Valkey and it is on the PATH). Each test gets its own cluster.
+
+mod common;
+use common::*;
+
+use redis::ErrorKind;
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const SLOTS: i64 = 16384;
+
+fn cli_binary() -> String {
+    if let Ok(cli) = std::env::var("RL_CLI") {
+        return cli;
+    }
+    if is_valkey() {
+        let found = Command::new("valkey-cli")
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if found {
+            return "valkey-cli".to_string();
+        }
+    }
+    "redis-cli".to_string()
+}
+
+/// Runs the cluster CLI and returns its stdout, panicking with all its output on failure.
+fn run_cli(args: &[String]) -> String {
+    let out = Command::new(cli_binary())
+        .args(args)
+        .output()
+        .expect("cannot run the cluster CLI");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed: {}\n{stdout}\n{stderr}",
+        cli_binary(),
+        out.status
+    );
+    stdout
+}
+
+fn int(v: &Value) -> i64 {
+    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?}: {e}"))
+}
+
+/// One node's view of the slot map: `(first, last, port of the primary)`, sorted.
+fn slot_map(c: &mut Connection) -> Vec<(i64, i64, u16)> {
+    let v: Value = cmd("CLUSTER").arg("SLOTS").query(c).expect("CLUSTER SLOTS");
+    let Value::Array(ranges) = v else {
+        panic!("CLUSTER SLOTS: {v:?}")
+    };
+    let mut map: Vec<(i64, i64, u16)> = ranges
+        .iter()
+        .map(|range| {
+            let Value::Array(parts) = range else {
+                panic!("{range:?}")
+            };
+            let Value::Array(primary) = &parts[2] else {
+                panic!("{range:?}")
+            };
+            let ip: String = redis::from_redis_value(&primary[0]).unwrap();
+            assert_eq!(ip, "127.0.0.1", "{range:?}");
+            (int(&parts[0]), int(&parts[1]), int(&primary[1]) as u16)
+        })
+        .collect();
+    map.sort();
+    map
+}
+
+fn cluster_state_ok(c: &mut Connection) -> bool {
+    let info: String = cmd("CLUSTER").arg("INFO").query(c).unwrap_or_default();
+    info.lines().any(|l| l.trim() == "cluster_state:ok")
+}
+
+fn keyslot(c: &mut Connection, key: &str) -> i64 {
+    cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(c)
+        .expect("KEYSLOT")
+}
+
+fn dbsize(c: &mut Connection) -> i64 {
+    cmd("DBSIZE").query(c).expect("DBSIZE")
+}
+
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// Three primaries, all slots assigned, every node `cluster_state:ok` and agreeing on the map.
+    fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                Server::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ])
+            })
+            .collect();
+        let mut args = vec!["--cluster".to_string(), "create".to_string()];
+        args.extend(nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        run_cli(&args);
+        let cluster = Cluster { nodes };
+        cluster.wait_converged("after create");
+        cluster
+    }
+
+    fn conn(&self, i: usize) -> Connection {
+        self.nodes[i].conn()
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    fn id(&self, i: usize) -> String {
+        cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.conn(i))
+            .expect("MYID")
+    }
+
+    /// Waits (30 s at most) until every node says `cluster_state:ok` and all have the same
+    /// slot map, covering all slots; returns that map.
+    fn wait_converged(&self, when: &str) -> Vec<(i64, i64, u16)> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut conns: Vec<Connection> = (0..3).map(|i| self.conn(i)).collect();
+        loop {
+            let ok = conns.iter_mut().all(cluster_state_ok);
+            let maps: Vec<_> = conns.iter_mut().map(slot_map).collect();
+            let covered: i64 = maps[0].iter().map(|(a, b, _)| b - a + 1).sum();
+            if ok && covered == SLOTS && maps.iter().all(|m| *m == maps[0]) {
+                return maps[0].clone();
+            }
+            if Instant::now() > deadline {
+                panic!("cluster did not converge {when}: ok={ok} maps={maps:?}");
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The index of the node owning `slot` in `map`.
+    fn owner_in(&self, map: &[(i64, i64, u16)], slot: i64) -> usize {
+        let (_, _, port) = map
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .unwrap_or_else(|| panic!("slot {slot} unassigned: {map:?}"));
+        self.nodes
+            .iter()
+            .position(|s| s.port == *port)
+            .expect("owner is one of ours")
+    }
+
+    fn owner(&self, slot: i64) -> usize {
+        self.owner_in(&slot_map(&mut self.conn(0)), slot)
+    }
+
+    /// The slots node `i` owns, ascending.
+    fn slots_of(&self, map: &[(i64, i64, u16)], i: usize) -> Vec<i64> {
+        map.iter()
+            .filter(|(_, _, p)| *p == self.port(i))
+            .flat_map(|(a, b, _)| *a..=*b)
+            .collect()
+    }
+}
+
+/// Runs `args` on `c`, which must answer `MOVED <slot> 127.0.0.1:<port>`; checks the parsed
+/// redirect too.
+fn assert_moved(c: &mut Connection, args: &[&str], slot: i64, port: u16) {
+    let mut command = cmd(args[0]);
+    for a in &args[1..] {
+        command.arg(*a);
+    }
+    let e = match command.query::<Value>(c) {
+        Ok(v) => panic!("{args:?}: expected MOVED, got {v:?}"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Moved, "{args:?}: {e}");
+    assert_eq!(
+        error_text(&e),
+        format!("MOVED {slot} 127.0.0.1:{port}"),
+        "{args:?}"
+    );
+    let addr = format!("127.0.0.1:{port}");
+    assert_eq!(e.redirect_node(), Some((addr.as_str(), slot as u16)));
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn rl_admit_is_redirected_to_the_node_owning_the_key() {
+    let cluster = Cluster::start();
+    let key = "user:17";
+    let slot = keyslot(&mut cluster.conn(0), key);
+    assert_eq!(slot, 4440, "CRC16 of user:17");
+    let owner = cluster.owner(slot);
+    let args = words("RL.ADMIT user:17 5 1s");
+    for wrong in (0..3).filter(|&i| i != owner) {
+        let mut c = cluster.conn(wrong);
+        assert_moved(&mut c, &args, slot, cluster.port(owner));
+        assert_eq!(dbsize(&mut c), 0, "node {wrong} wrote nothing");
+    }
+    let mut c = cluster.conn(owner);
+    assert_eq!(admit(&mut c, "user:17 5 1s"), [1, 4, 0, 200, 5]);
+    assert_eq!(admit(&mut c, "user:17 5 1s COST 4"), [1, 0, 0, 1000, 5]);
+    assert_eq!(admit(&mut c, "user:17 5 1s")[..3], [0, 0, 200]);
+    assert_eq!(dbsize(&mut c), 1);
+}
+
+/// (allowed, denied_by, retry_after_ms, [(name, remaining, reset_after_ms)])
+type MultiReply = (i64, Option<String>, i64, Vec<(String, i64, i64)>);
+
+#[test]
+fn rl_multi_needs_one_slot_and_is_redirected_to_its_owner() {
+    let cluster = Cluster::start();
+    let untagged = words("RL.MULTI 2 a b RULE x 5 1s RULE y 5 1s");
+    let tagged = words("RL.MULTI 2 {t:atlas}:user:17 {t:atlas} RULE x 5 1s RULE y 5 1s");
+    {
+        let mut c = cluster.conn(0);
+        assert_ne!(keyslot(&mut c, "a"), keyslot(&mut c, "b"));
+        let keys: Vec<String> = cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(&tagged)
+            .query(&mut c)
+            .expect("GETKEYS");
+        assert_eq!(keys, ["{t:atlas}:user:17", "{t:atlas}"]);
+    }
+    for i in 0..3 {
+        let mut c = cluster.conn(i);
+        let mut command = cmd(untagged[0]);
+        command.arg(&untagged[1..]);
+        let e = command.query::<Value>(&mut c).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::CrossSlot, "node {i}: {e}");
+        assert_eq!(
+            error_text(&e),
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "node {i}"
+        );
+    }
+    let slot = keyslot(&mut cluster.conn(0), "{t:atlas}");
+    assert_eq!(keyslot(&mut cluster.conn(0), "{t:atlas}:user:17"), slot);
+    let owner = cluster.owner(slot);
+    for wrong in (0..3).filter(|&i| i != owner) {
+        let mut c = cluster.conn(wrong);
+        assert_moved(&mut c, &tagged, slot, cluster.port(owner));
+        assert_eq!(dbsize(&mut c), 0, "node {wrong} wrote nothing");
+    }
+    let mut c = cluster.conn(owner);
+    let mut command = cmd(tagged[0]);
+    command.arg(&tagged[1..]);
+    let reply: MultiReply = command.query(&mut c).expect("RL.MULTI on the owner");
+    assert_eq!(
+        reply,
+        (
+            1,
+            None,
+            0,
+            vec![("x".to_string(), 4, 200), ("y".to_string(), 4, 200)]
+        )
+    );
+    assert_eq!(dbsize(&mut c), 2);
+}
+
+#[test]
+fn cl_throttle_and_rl_info_are_redirected_too() {
+    let cluster = Cluster::start();
+    let key = "throttled";
+    let slot = keyslot(&mut cluster.conn(0), key);
+    let owner = cluster.owner(slot);
+    let throttle = words("CL.THROTTLE throttled 4 1 1");
+    let info = words("RL.INFO throttled");
+    for wrong in (0..3).filter(|&i| i != owner) {
+        let mut c = cluster.conn(wrong);
+        assert_moved(&mut c, &throttle, slot, cluster.port(owner));
+        assert_moved(&mut c, &info, slot, cluster.port(owner));
+        assert_eq!(dbsize(&mut c), 0, "node {wrong} wrote nothing");
+    }
+    let mut c = cluster.conn(owner);
+    let v: Value = cmd("RL.INFO").arg(key).query(&mut c).unwrap();
+    assert_eq!(v, Value::Nil);
+    let reply: Vec<i64> = cmd(throttle[0]).arg(&throttle[1..]).query(&mut c).unwrap();
+    assert_eq!(reply, [0, 5, 4, -1, 1]);
+    let v: Vec<Value> = cmd("RL.INFO").arg(key).query(&mut c).unwrap();
+    let field = |name: &str| -> Value {
+        let i = v
+            .iter()
+            .position(|f| redis::from_redis_value::<String>(f).ok().as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {v:?}"));
+        v[i + 1].clone()
+    };
+    assert_eq!(
+        (int(&field("limit")), int(&field("capacity"))),
+        (1, 5),
+        "{v:?}"
+    );
+    assert_eq!(int(&field("period_ms")), 1000, "{v:?}");
+    // Nothing was written on the wrong nodes, before or after.
+    for wrong in (0..3).filter(|&i| i != owner) {
+        assert_eq!(dbsize(&mut cluster.conn(wrong)), 0);
+    }
+}
+
+/// Seconds since the epoch by the server's clock.
+fn server_secs(c: &mut Connection) -> i64 {
+    let t: Vec<String> = cmd("TIME").query(c).expect("TIME");
+    t[0].parse().unwrap()
+}
+
+#[test]
+fn limiters_survive_live_resharding() {
+    let cluster = Cluster::start();
+    let map = cluster.wait_converged("before resharding");
+    // A owns slot 0 (and so the lowest slots); B owns the last slot.
+    let a = cluster.owner_in(&map, 0);
+    let b = cluster.owner_in(&map, SLOTS - 1);
+    assert_ne!(a, b);
+    let a_slots = cluster.slots_of(&map, a);
+    let mut ca = cluster.conn(a);
+    let mut cb = cluster.conn(b);
+
+    // Candidate keys `{rs<i>}:limiter`, by slot; keep the 20 in A's lowest slots.
+    let candidates: Vec<String> = (0..4000).map(|i| format!("{{rs{i}}}:limiter")).collect();
+    let mut pipe = redis::pipe();
+    for k in &candidates {
+        pipe.cmd("CLUSTER").arg("KEYSLOT").arg(k);
+    }
+    let slots: Vec<i64> = pipe.query(&mut ca).expect("KEYSLOT pipeline");
+    let mut found: Vec<(usize, String, i64)> = candidates
+        .into_iter()
+        .zip(slots)
+        .filter(|(_, s)| a_slots.contains(s))
+        .map(|(k, s)| (a_slots.iter().position(|x| *x == s).unwrap(), k, s))
+        .collect();
+    found.sort();
+    found.truncate(20);
+    assert_eq!(found.len(), 20);
+    // Moving A's first N slots covers every chosen key.
+    let n = found.last().unwrap().0 + 1;
+    assert!(n <= 1000, "keys spread over {n} slots");
+
+    let algos = [
+        "5 1h COST 2",
+        "5 1h COST 2 ALGO bucket",
+        "5 1d COST 2 ALGO window",
+        "5 1d COST 2 ALGO sliding",
+        "5 1h COST 2 ALGO log",
+    ];
+    let day = server_secs(&mut ca) / 86_400;
+    struct Limiter {
+        key: String,
+        slot: i64,
+        args: String,
+        digest: String,
+        pttl: i64,
+    }
+    let mut limiters = Vec::new();
+    for (i, (_, key, slot)) in found.into_iter().enumerate() {
+        let args = format!("{key} {}", algos[i % algos.len()]);
+        let reply = admit(&mut ca, &args);
+        assert_eq!(reply[..3], [1, 3, 0], "{args}: {reply:?}");
+        assert_eq!(reply[4], 5, "{args}");
+        limiters.push(Limiter {
+            digest: digest(&mut ca, key.as_bytes()),
+            pttl: pttl(&mut ca, key.as_bytes()),
+            key,
+            slot,
+            args,
+        });
+    }
+    let recorded = Instant::now();
+    assert_eq!(dbsize(&mut ca), 20);
+    assert_eq!(dbsize(&mut cb), 0);
+    for l in &limiters {
+        assert!(l.pttl > 0, "{}: pttl {}", l.args, l.pttl);
+        assert_ne!(l.digest, "0".repeat(40), "{}", l.args);
+    }
+
+    let out = run_cli(&[
+        "--cluster".to_string(),
+        "reshard".to_string(),
+        format!("127.0.0.1:{}", cluster.port(a)),
+        "--cluster-from".to_string(),
+        cluster.id(a),
+        "--cluster-to".to_string(),
+        cluster.id(b),
+        "--cluster-slots".to_string(),
+        n.to_string(),
+        "--cluster-yes".to_string(),
+    ]);
+    let elapsed = recorded.elapsed().as_millis() as i64;
+
+    // What the CLI says it moved (the lines it prints while moving, not its plan): A's first
+    // N slots, in ascending order.
+    let from_to = format!(
+        " from 127.0.0.1:{} to 127.0.0.1:{}:",
+        cluster.port(a),
+        cluster.port(b)
+    );
+    let moved: Vec<i64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("Moving slot "))
+        .filter(|l| l.contains(&from_to))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(moved, a_slots[..n], "reshard output:\n{out}");
+    // And what the cluster now says, on every node.
+    let after = cluster.wait_converged("after resharding");
+    for &s in &a_slots[..n] {
+        assert_eq!(cluster.owner_in(&after, s), b, "slot {s}");
+    }
+    for &s in &a_slots[n..] {
+        assert_eq!(cluster.owner_in(&after, s), a, "slot {s}");
+    }
+    assert_eq!(dbsize(&mut ca), 0, "A gave away all its keys");
+    assert_eq!(dbsize(&mut cb), 20, "B got them all");
+
+    let same_day = server_secs(&mut cb) / 86_400 == day;
+    let c = 3 - a - b;
+    for l in &limiters {
+        let key = l.key.as_bytes();
+        let args = words(&l.args);
+        let mut full = vec!["RL.ADMIT"];
+        full.extend(&args);
+        assert_moved(&mut ca, &full, l.slot, cluster.port(b));
+        assert_moved(&mut cluster.conn(c), &full, l.slot, cluster.port(b));
+        assert_eq!(digest(&mut cb, key), l.digest, "{}", l.args);
+        let now = pttl(&mut cb, key);
+        assert!(now > 0, "{}: pttl {now}", l.args);
+        assert!(
+            (0..=elapsed + 100).contains(&(l.pttl - now)),
+            "{}: pttl {} before, {now} after, {elapsed} ms apart",
+            l.args,
+            l.pttl
+        );
+        if !same_day && (l.args.contains("window") || l.args.contains("sliding")) {
+            continue; // a new daily window began during the test (23:59:59 UTC)
+        }
+        // The state continues: 3 left, 2 more spent, then a cost of 2 no longer fits.
+        let reply = admit(&mut cb, &l.args);
+        assert_eq!(reply[..3], [1, 1, 0], "{}: {reply:?}", l.args);
+        let reply = admit(&mut cb, &l.args);
+        assert_eq!(reply[..2], [0, 1], "{}: {reply:?}", l.args);
+        assert!(reply[2] > 0, "{}: {reply:?}", l.args);
+    }
+}

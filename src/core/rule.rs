@@ -153,7 +153,7 @@ impl Rule {
     /// Rebuilds a rule read back from storage, applying the same bounds.
     pub fn restore(algo: Algo, limit: u64, period_us: u64, burst: u64) -> Result<Rule, Error> {
         // Durations are given in whole milliseconds at least.
-        if period_us % 1000 != 0 {
+        if !period_us.is_multiple_of(1000) {
             return Err(Error::BadPayload(
                 "period is not a whole number of milliseconds",
             ));

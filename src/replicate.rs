@@ -6,6 +6,7 @@
 //! nothing.
 
 use redis_module::raw;
+use smallvec::SmallVec;
 
 use crate::core::limiter::Limiter;
 use crate::state::{codec, SETSTATE};
@@ -26,6 +27,43 @@ pub fn state(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, li
                 bytes.as_ptr(),
                 bytes.len(),
             );
+        }
+    }
+}
+
+/// Propagates `RL.SETSTATE k1 p1 k2 p2 ...`: the states a multi-key command wrote, in one
+/// command (one lookup, one entry in the stream, no MULTI/EXEC wrapper).
+pub fn states(ctx: *mut raw::RedisModuleCtx, states: &[(*mut raw::RedisModuleString, &[u8])]) {
+    if states.is_empty() {
+        return;
+    }
+    // SAFETY: the strings created here are freed below, after Redis took its own references;
+    // "v" takes an array of Redis strings and its length.
+    unsafe {
+        let (Some(replicate), Some(create), Some(free)) = (
+            raw::RedisModule_Replicate,
+            raw::RedisModule_CreateString,
+            raw::RedisModule_FreeString,
+        ) else {
+            return;
+        };
+        let mut args: SmallVec<[*mut raw::RedisModuleString; 16]> = SmallVec::new();
+        let mut created: SmallVec<[*mut raw::RedisModuleString; 8]> = SmallVec::new();
+        for (key, payload) in states {
+            let p = create(ctx, payload.as_ptr().cast(), payload.len());
+            args.push(*key);
+            args.push(p);
+            created.push(p);
+        }
+        replicate(
+            ctx,
+            SETSTATE.as_ptr(),
+            c"v".as_ptr(),
+            args.as_mut_ptr(),
+            args.len(),
+        );
+        for p in created {
+            free(ctx, p);
         }
     }
 }

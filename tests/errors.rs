@@ -177,10 +177,31 @@ fn setstate_refuses_payloads_that_do_not_decode() {
         let e = error_of(&mut c, &[b"RL.SETSTATE", b"k", payload]);
         assert!(e.starts_with("ERR invalid limiter state payload"), "{e}");
     }
-    let e = error_of(&mut c, &[b"RL.SETSTATE", b"k", b"x", b"PXAT", b"5"]);
+    let e = error_of(&mut c, &[b"RL.SETSTATE", b"k", b"x", b"k2"]);
     assert!(e.starts_with("ERR wrong number of arguments"), "{e}");
+    // All or nothing: a bad second payload leaves the first key unwritten. A valid payload:
+    // version 2, gcra, 1 per hour, TAT a day from now, no reservations.
+    let t: Vec<u64> = cmd("TIME").query(&mut c).unwrap();
+    let tat = (t[0] + 86_400) * 1_000_000;
+    let mut good = vec![2u8, 0];
+    for v in [1u64, 3_600_000_000, 1] {
+        good.extend_from_slice(&v.to_le_bytes());
+    }
+    good.extend_from_slice(&i128::from(tat).to_le_bytes());
+    good.extend_from_slice(&0u32.to_le_bytes());
+    let e = error_of(&mut c, &[b"RL.SETSTATE", b"a", &good, b"b", b"junk"]);
+    assert!(e.starts_with("ERR invalid limiter state payload"), "{e}");
     let keys: Vec<String> = cmd("KEYS").arg("*").query(&mut c).unwrap();
     assert!(keys.is_empty());
+    let _: () = cmd("RL.SETSTATE")
+        .arg("a")
+        .arg(&good)
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        pttl(&mut c, b"a") > 86_000_000,
+        "a good payload is taken, expiring when full"
+    );
 }
 
 /// A small deterministic generator, so a failure reproduces.

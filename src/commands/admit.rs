@@ -116,7 +116,7 @@ pub fn written(call: &Call<'_>, key: &mut Key, arg: usize) -> Result<(), CmdErro
         replicate::deleted(call.ctx, call.raw_arg(arg));
     } else {
         let expire_at_ms = limiter.expire_at_ms();
-        replicate::state(call.ctx, call.raw_arg(arg), limiter);
+        call.propagate_state(arg, limiter);
         key.expire_at(Some(expire_at_ms));
     }
     key.signal_modified();

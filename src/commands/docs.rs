@@ -26,6 +26,8 @@ pub enum Keys {
     First(u64),
     /// `numkeys` at position 1, then that many keys.
     Numkeys(u64),
+    /// Keys at 1, 3, 5, ... each followed by a value.
+    Pairs(u64),
 }
 
 /// One command's documentation.
@@ -259,13 +261,22 @@ static THROTTLE_ARGS: [Arg; 5] = [
     },
 ];
 
-static SETSTATE_ARGS: [Arg; 2] = [
+static SETSTATE_PAIR: [Arg; 2] = [
     KEY_ARG,
     described(
         arg(c"payload", STRING),
         c"a limiter state as encoded by this module",
     ),
 ];
+
+static SETSTATE_ARGS: [Arg; 1] = [Arg {
+    name: c"pair",
+    kind: BLOCK,
+    token: None,
+    flags: MULTIPLE,
+    summary: Some(c"one or more keys, each with its state"),
+    subargs: &SETSTATE_PAIR,
+}];
 
 pub static DOCS: [Doc; 10] = [
     Doc {
@@ -344,8 +355,8 @@ pub static DOCS: [Doc; 10] = [
         name: c"RL.SETSTATE",
         summary: c"Sets a limiter's state from its encoding (how replicas and the AOF receive effects).",
         complexity: c"O(1); O(N) in the entries of a log",
-        arity: 3,
-        keys: Keys::First(KEY_OW_UPDATE),
+        arity: -3,
+        keys: Keys::Pairs(KEY_OW_UPDATE),
         args: &SETSTATE_ARGS,
     },
 ];
@@ -424,6 +435,14 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
                     raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
                 key_specs[0].fk.range.lastkey = 0;
                 key_specs[0].fk.range.keystep = 1;
+                key_specs[0].fk.range.limit = 0;
+            }
+            Keys::Pairs(flags) => {
+                key_specs[0].flags = flags;
+                key_specs[0].find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+                key_specs[0].fk.range.lastkey = -1;
+                key_specs[0].fk.range.keystep = 2;
                 key_specs[0].fk.range.limit = 0;
             }
             Keys::Numkeys(flags) => {

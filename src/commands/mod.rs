@@ -16,6 +16,7 @@ pub mod setstate;
 pub mod settle;
 pub mod throttle;
 
+use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -23,6 +24,9 @@ use redis_module::raw;
 use smallvec::SmallVec;
 
 use crate::core::error::Error;
+use crate::core::limiter::Limiter;
+use crate::replicate;
+use crate::state::codec::{self, Encoded};
 
 pub use key::Key;
 pub use reply::Reply;
@@ -46,7 +50,12 @@ pub struct Call<'a> {
     pub ctx: *mut raw::RedisModuleCtx,
     pub argv: &'a [*mut raw::RedisModuleString],
     pub args: SmallVec<[&'a [u8]; 16]>,
+    /// States written by a multi-key command, propagated together at its end.
+    batch: RefCell<Option<Batch>>,
 }
+
+/// Effects gathered during one call: (argument position of the key, encoded state).
+type Batch = SmallVec<[(usize, Encoded); 8]>;
 
 impl Call<'_> {
     /// The raw Redis string of argument `i` (0 is the command name).
@@ -56,6 +65,30 @@ impl Call<'_> {
 
     pub fn reply(&self) -> Reply {
         Reply::new(self.ctx)
+    }
+
+    /// From now on, states written by this call are gathered instead of propagated one by one.
+    pub fn start_batch(&self) {
+        *self.batch.borrow_mut() = Some(Batch::new());
+    }
+
+    /// Propagates the state of the key at argument `arg`, now or with the batch.
+    pub fn propagate_state(&self, arg: usize, limiter: &Limiter) {
+        match self.batch.borrow_mut().as_mut() {
+            Some(batch) => batch.push((arg, codec::encode(limiter))),
+            None => replicate::state(self.ctx, self.raw_arg(arg), limiter),
+        }
+    }
+
+    /// Propagates the gathered states as one `RL.SETSTATE k1 p1 k2 p2 ...`.
+    pub fn flush_batch(&self) {
+        if let Some(batch) = self.batch.borrow_mut().take() {
+            let states: SmallVec<[_; 8]> = batch
+                .iter()
+                .map(|(arg, encoded)| (self.raw_arg(*arg), encoded.as_bytes()))
+                .collect();
+            replicate::states(self.ctx, &states);
+        }
     }
 
     /// True when Redis only asks where the keys are (commands flagged `getkeys-api`).
@@ -95,7 +128,12 @@ pub unsafe fn dispatch(
         _ => &[],
     };
     let args = argv.iter().map(|&s| bytes_of(s)).collect();
-    let call = Call { ctx, argv, args };
+    let call = Call {
+        ctx,
+        argv,
+        args,
+        batch: RefCell::new(None),
+    };
     let outcome = catch_unwind(AssertUnwindSafe(|| body(&call)));
     let reply = call.reply();
     match outcome {
@@ -223,8 +261,8 @@ pub static COMMANDS: [Command; 10] = [
         callback: setstate_callback,
         flags: c"write deny-oom",
         first_key: 1,
-        last_key: 1,
-        key_step: 1,
+        last_key: -1,
+        key_step: 2,
     },
 ];
 

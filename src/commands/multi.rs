@@ -74,6 +74,9 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
         (false, _) => (Some(0), true),
     };
     decisions.clear();
+    if !dry {
+        call.start_batch();
+    }
     for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
         let pos = req.key_positions.start + i;
         let cost = cost_of.unwrap_or(r.cost);
@@ -90,6 +93,7 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
         }
         decisions.push(d);
     }
+    call.flush_batch();
     Ok((allowed, decisions, names(&req)))
 }
 

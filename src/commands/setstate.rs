@@ -1,4 +1,4 @@
-//! `RL.SETSTATE key payload`: rebuilds a limiter from its encoding.
+//! `RL.SETSTATE key payload [key payload ...]`: rebuilds limiters from their encodings.
 //!
 //! This is how effects reach replicas and the AOF. It is an ordinary, validated command: a
 //! payload that does not decode is refused, so it cannot plant a broken value. The key expires
@@ -11,20 +11,27 @@ use crate::replicate;
 use crate::state::codec;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
-    let [_, _, payload] = call.args[..] else {
+    let pairs = call.args.get(1..).unwrap_or_default();
+    if pairs.is_empty() || pairs.len() % 2 != 0 {
         return Err(Error::Arity("RL.SETSTATE").into());
-    };
-    let limiter = codec::decode(payload)?;
-    let expire_at_ms = limiter.expire_at_ms();
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
-    // Like RESTORE ... REPLACE: whatever the key held (a limiter, or a redis-cell string that
-    // CL.THROTTLE converted on the primary) becomes this limiter.
-    match key.limiter() {
-        Ok(Some(existing)) if existing.algo() == limiter.algo() => *existing = limiter,
-        _ => key.set(limiter),
     }
-    key.expire_at(Some(expire_at_ms));
-    key.signal_modified();
+    // Every payload is checked before any key changes: all or nothing.
+    let mut limiters = Vec::with_capacity(pairs.len() / 2);
+    for pair in pairs.chunks_exact(2) {
+        limiters.push(codec::decode(pair.get(1).copied().unwrap_or_default())?);
+    }
+    for (i, limiter) in limiters.into_iter().enumerate() {
+        let expire_at_ms = limiter.expire_at_ms();
+        let mut key = Key::open(call.ctx, call.raw_arg(1 + 2 * i))?;
+        // Like RESTORE ... REPLACE: whatever the key held (a limiter, or a redis-cell string
+        // that CL.THROTTLE converted on the primary) becomes this limiter.
+        match key.limiter() {
+            Ok(Some(existing)) if existing.algo() == limiter.algo() => *existing = limiter,
+            _ => key.set(limiter),
+        }
+        key.expire_at(Some(expire_at_ms));
+        key.signal_modified();
+    }
     replicate::verbatim(call.ctx);
     call.reply().ok();
     Ok(())

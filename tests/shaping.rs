@@ -188,7 +188,8 @@ fn debt_is_bounded_and_refuses_until_repaid() {
     let s = Server::start();
     let mut c = s.conn();
     admit(&mut c, "d 10 1s COST 10 RESERVE big");
-    assert_eq!(settle(&mut c, "d", "big", 1000), Some((990, 0)));
+    // 990 more owed, but the debt stops at minus the capacity: 10 are applied.
+    assert_eq!(settle(&mut c, "d", "big", 1000), Some((10, 0)));
     let r = admit(&mut c, "d 10 1s");
     assert_eq!(r[0], 0);
     // 10 owed (the floor is minus the capacity) and 1 to spend, at 10 per second.

@@ -370,13 +370,20 @@ impl Limiter {
         }
         let delta = i128::from(actual) - i128::from(r.estimate);
         let rule = self.rule;
-        let cap = rate::capacity(&rule);
+        let (cap, token) = (rate::capacity(&rule), rate::token(&rule));
         let level = self.level_at(now_us);
-        let after = (level - delta * rate::token(&rule)).clamp(-cap, cap);
+        let after = (level - delta * token).clamp(-cap, cap);
         self.store(self.algo(), rule, after, now_us);
+        // What was applied: the whole difference, or less where a bound clamped it (in whole
+        // units, toward zero).
+        let applied = if after == level - delta * token {
+            delta
+        } else {
+            (level - after) / token
+        };
         let s = Settlement {
-            delta: i64::try_from(delta).unwrap_or(i64::MAX),
-            remaining: u64::try_from(after.max(0) / rate::token(&rule)).unwrap_or(0),
+            delta: i64::try_from(applied).unwrap_or(i64::MAX),
+            remaining: u64::try_from(after.max(0) / token).unwrap_or(0),
         };
         if let Some(rs) = self.reservations.as_mut() {
             rs.settle(id, s, now_us);

@@ -142,7 +142,11 @@ mod tests {
             // A credit larger than what was spent stops at the capacity.
             l.reserve(algo, rule, 1, b"exp-3", HOUR, T0, false).unwrap();
             let (s, _) = l.settle(b"exp-3", 0, T0 + 60 * S).unwrap();
-            assert_eq!(s.remaining, 20);
+            assert_eq!(
+                (s.delta, s.remaining),
+                (0, 20),
+                "already full: nothing to credit"
+            );
         }
     }
 
@@ -151,9 +155,9 @@ mod tests {
         for algo in [Algo::Gcra, Algo::Bucket] {
             let (mut l, rule) = p_read(algo);
             l.reserve(algo, rule, 20, b"big", HOUR, T0, false).unwrap();
-            // Actual 100: the balance stops at -20 (minus the capacity).
+            // Actual 100: the balance stops at -20 (minus the capacity), so 20 of the 80 apply.
             let (s, _) = l.settle(b"big", 100, T0).unwrap();
-            assert_eq!((s.delta, s.remaining), (80, 0));
+            assert_eq!((s.delta, s.remaining), (20, 0));
             assert_eq!(l.debt(T0), 20);
             let d = l.admit(algo, rule, 1, T0, false).unwrap();
             assert!(!d.allowed);

@@ -68,6 +68,41 @@ pub fn states(ctx: *mut raw::RedisModuleCtx, states: &[(*mut raw::RedisModuleStr
     }
 }
 
+/// One lease change, as `RL.LEASESET` propagates it.
+pub struct LeaseOp<'a> {
+    pub capacity: u64,
+    pub lease_us: u64,
+    pub now_us: u64,
+    pub next_id: u64,
+    pub holder: &'a [u8],
+    /// 0 when the lease was removed.
+    pub expiry_us: u64,
+}
+
+/// Propagates `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`.
+pub fn lease(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, op: &LeaseOp<'_>) {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    // SAFETY: "sllllbl" matches: a Redis string, four long longs, a buffer with its length and
+    // a long long.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx,
+                c"RL.LEASESET".as_ptr(),
+                c"sllllbl".as_ptr(),
+                key,
+                n(op.capacity),
+                n(op.lease_us),
+                n(op.now_us),
+                n(op.next_id),
+                op.holder.as_ptr(),
+                op.holder.len(),
+                n(op.expiry_us),
+            );
+        }
+    }
+}
+
 /// Propagates `DEL key` for a key this command deleted.
 pub fn deleted(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
     // SAFETY: "s" matches the one Redis string argument.

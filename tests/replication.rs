@@ -233,6 +233,25 @@ fn the_aof_records_effects_not_commands() {
         .arg("lua")
         .query(&mut c)
         .unwrap();
+    // A semaphore propagates each lease change, not every lease.
+    for holder in ["a", "b"] {
+        let _: Value = cmd("RL.ACQUIRE")
+            .arg("sem")
+            .arg(1000)
+            .arg("1m")
+            .arg("ID")
+            .arg(holder)
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: i64 = cmd("RL.RELEASE").arg("sem").arg("a").query(&mut c).unwrap();
+    // RL.MULTI propagates its keys' states in one command.
+    let _: Value = cmd("RL.MULTI")
+        .arg(&[
+            "2", "m1", "m2", "RULE", "x", "5", "1s", "RULE", "y", "5", "1s",
+        ])
+        .query(&mut c)
+        .unwrap();
     let mut aof = Vec::new();
     for entry in std::fs::read_dir(s.dir.join("appendonlydir")).expect("aof dir") {
         let path = entry.unwrap().path();
@@ -241,7 +260,9 @@ fn the_aof_records_effects_not_commands() {
         }
     }
     let text = String::from_utf8_lossy(&aof);
-    assert_eq!(text.matches("RL.SETSTATE").count(), 2, "{text}");
+    assert_eq!(text.matches("RL.SETSTATE").count(), 3, "{text}");
+    assert_eq!(text.matches("RL.LEASESET").count(), 3, "{text}");
+    assert!(!text.contains("MULTI\r"), "no MULTI/EXEC wrapper: {text}");
     assert!(!text.contains("RL.ADMIT"), "{text}");
     assert!(!text.contains("EVAL"), "{text}");
 }

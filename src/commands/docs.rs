@@ -278,7 +278,34 @@ static SETSTATE_ARGS: [Arg; 1] = [Arg {
     subargs: &SETSTATE_PAIR,
 }];
 
-pub static DOCS: [Doc; 10] = [
+static LEASESET_ARGS: [Arg; 7] = [
+    KEY_ARG,
+    described(arg(c"capacity", INTEGER), c"the semaphore's capacity"),
+    described(arg(c"lease_us", INTEGER), c"its lease, in microseconds"),
+    described(
+        arg(c"now_us", INTEGER),
+        c"the primary's time of the change, in microseconds",
+    ),
+    described(
+        arg(c"next_id", INTEGER),
+        c"the sequence number for generated holders",
+    ),
+    HOLDER_ARG,
+    described(
+        arg(c"expiry_us", INTEGER),
+        c"the lease's new expiry in microseconds since the epoch; 0 removes it",
+    ),
+];
+
+pub static DOCS: [Doc; 11] = [
+    Doc {
+        name: c"RL.LEASESET",
+        summary: c"Replays one lease change made on a primary (how replicas and the AOF receive semaphore effects).",
+        complexity: c"O(log N) in the leases, plus those that expired",
+        arity: 8,
+        keys: Keys::First(KEY_RW_UPDATE),
+        args: &LEASESET_ARGS,
+    },
     Doc {
         name: c"RL.GRANT",
         summary: c"Leases a chunk of up to WANT units for a client to spend locally.",

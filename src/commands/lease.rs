@@ -1,15 +1,17 @@
 //! The concurrency semaphore: `RL.ACQUIRE key capacity lease [ID holder]`,
-//! `RL.RELEASE key holder`, `RL.RENEW key holder lease`.
+//! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
+//! propagate.
 
-use super::admit::update;
 use super::reply::{int, Value};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::admit::parse_id;
 use crate::core::error::Error;
 use crate::core::limiter::Limiter;
-use crate::core::rule::Algo;
+use crate::core::parse::parse_u64;
+use crate::core::rule::{Algo, Rule};
 use crate::core::semaphore::{parse_acquire, parse_renew, Acquire};
+use crate::replicate;
 use crate::stats;
 
 pub fn acquire(call: &Call<'_>) -> Result<(), CmdError> {
@@ -39,13 +41,55 @@ fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
     let (rule, holder) = parse_acquire(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let fresh = Limiter::new(Algo::Semaphore, rule);
-    let acquired = update(call, &mut key, 1, Some(fresh), |l| {
-        let a = l.acquire(rule, holder, now, false)?;
-        let changed = a.acquired;
-        Ok((a, changed))
-    })?;
-    acquired.ok_or(CmdError::WrongType)
+    let a = match key.limiter()? {
+        Some(l) => l.acquire(rule, holder, now, false)?,
+        None => {
+            let mut l = Limiter::new(Algo::Semaphore, rule);
+            let a = l.acquire(rule, holder, now, false)?;
+            if a.acquired {
+                key.set(l);
+            }
+            a
+        }
+    };
+    if a.acquired {
+        let expiry = now.saturating_add(rule.period_us());
+        lease_written(call, &mut key, &a.holder, expiry, now)?;
+    }
+    Ok(a)
+}
+
+/// After a lease changed: the key expires with its last lease (or goes, when none is left),
+/// and the change propagates as `RL.LEASESET` with the primary's time, which replicas replay
+/// in O(log n) instead of receiving every lease.
+fn lease_written(
+    call: &Call<'_>,
+    key: &mut Key,
+    holder: &[u8],
+    expiry_us: u64,
+    now: u64,
+) -> Result<(), CmdError> {
+    let Some(l) = key.limiter()? else {
+        return Ok(());
+    };
+    if l.is_void() {
+        key.delete();
+        replicate::deleted(call.ctx, call.raw_arg(1));
+    } else {
+        let (rule, next_id, expire_at) = (*l.rule(), l.next_lease_id(), l.expire_at_ms());
+        let op = replicate::LeaseOp {
+            capacity: rule.limit(),
+            lease_us: rule.period_us(),
+            now_us: now,
+            next_id,
+            holder,
+            expiry_us,
+        };
+        replicate::lease(call.ctx, call.raw_arg(1), &op);
+        key.expire_at(Some(expire_at));
+    }
+    key.signal_modified();
+    Ok(())
 }
 
 pub fn release(call: &Call<'_>) -> Result<(), CmdError> {
@@ -62,11 +106,14 @@ fn run_release(call: &Call<'_>) -> Result<bool, CmdError> {
     let holder = parse_id(holder, "holder")?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let released = update(call, &mut key, 1, None, |l| {
-        let done = l.release(holder, now)?;
-        Ok((done, done))
-    })?;
-    Ok(released.unwrap_or(false))
+    let Some(l) = key.limiter()? else {
+        return Ok(false);
+    };
+    let released = l.release(holder, now)?;
+    if released {
+        lease_written(call, &mut key, holder, 0, now)?;
+    }
+    Ok(released)
 }
 
 pub fn renew(call: &Call<'_>) -> Result<(), CmdError> {
@@ -80,9 +127,46 @@ fn run_renew(call: &Call<'_>) -> Result<bool, CmdError> {
     let (holder, lease) = parse_renew(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let renewed = update(call, &mut key, 1, None, |l| {
-        let done = l.renew(holder, lease, now)?;
-        Ok((done, done))
-    })?;
-    Ok(renewed.unwrap_or(false))
+    let Some(l) = key.limiter()? else {
+        return Ok(false);
+    };
+    let renewed = l.renew(holder, lease, now)?;
+    if renewed {
+        lease_written(call, &mut key, holder, now.saturating_add(lease), now)?;
+    }
+    Ok(renewed)
+}
+
+/// `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`: replays one lease change
+/// made on the primary (expiry 0 removes the lease). Validated like any command.
+pub fn leaseset(call: &Call<'_>) -> Result<(), CmdError> {
+    let [_, _, capacity, lease, now, next_id, holder, expiry] = call.args[..] else {
+        return Err(Error::Arity("RL.LEASESET").into());
+    };
+    let number = |b: &[u8], name| parse_u64(b, name);
+    let (capacity, lease) = (number(capacity, "capacity")?, number(lease, "lease_us")?);
+    let rule = Rule::restore(Algo::Semaphore, capacity, lease, capacity)?;
+    let (now, next_id) = (number(now, "now_us")?, number(next_id, "next_id")?);
+    let (holder, expiry) = (parse_id(holder, "holder")?, number(expiry, "expiry_us")?);
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    match key.limiter()? {
+        Some(l) => l.apply_lease(rule, holder, expiry, now, next_id)?,
+        None => {
+            let mut l = Limiter::new(Algo::Semaphore, rule);
+            l.apply_lease(rule, holder, expiry, now, next_id)?;
+            key.set(l);
+        }
+    }
+    if let Some(l) = key.limiter()? {
+        if l.is_void() {
+            key.delete();
+        } else {
+            let at = l.expire_at_ms();
+            key.expire_at(Some(at));
+        }
+    }
+    key.signal_modified();
+    replicate::verbatim(call.ctx);
+    call.reply().ok();
+    Ok(())
 }

@@ -194,6 +194,7 @@ callback!(acquire_callback, lease::acquire);
 callback!(release_callback, lease::release);
 callback!(renew_callback, lease::renew);
 callback!(settle_callback, settle::run);
+callback!(leaseset_callback, lease::leaseset);
 
 /// A write command on the key at position 1.
 const fn one_key(
@@ -215,7 +216,8 @@ const fn one_key(
     }
 }
 
-pub static COMMANDS: [Command; 10] = [
+pub static COMMANDS: [Command; 11] = [
+    one_key(c"RL.LEASESET", leaseset_callback, c"write"),
     one_key(c"RL.GRANT", grant_callback, c"write deny-oom fast"),
     one_key(c"RL.ACQUIRE", acquire_callback, c"write deny-oom fast"),
     // Releasing frees memory: it must work when Redis is out of it.

@@ -120,7 +120,7 @@ impl fmt::Display for Error {
             ),
             Error::TooManyReservations => write!(
                 f,
-                "ERR the key keeps 100000 reservations already: settle them or let them expire"
+                "ERR the key keeps 10000 reservations already: settle them or let them expire"
             ),
             Error::BadId(what) => write!(f, "ERR {what} must be 1 to 256 bytes"),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),

@@ -487,6 +487,28 @@ impl Limiter {
         Ok(a)
     }
 
+    /// The semaphore's next generated-id sequence number (0 for other algorithms).
+    pub fn next_lease_id(&self) -> u64 {
+        match &self.state {
+            State::Semaphore(s) => s.next_id(),
+            _ => 0,
+        }
+    }
+
+    /// Replays a semaphore write (see `Semaphore::apply`) under `rule`.
+    pub fn apply_lease(
+        &mut self,
+        rule: Rule,
+        holder: &[u8],
+        expiry_us: u64,
+        now_us: u64,
+        next_id: u64,
+    ) -> Result<(), Error> {
+        self.semaphore()?.apply(holder, expiry_us, now_us, next_id);
+        self.rule = rule;
+        Ok(())
+    }
+
     /// `RL.RELEASE`: true when `holder` held a slot, which is now free.
     pub fn release(&mut self, holder: &[u8], now_us: u64) -> Result<bool, Error> {
         Ok(self.semaphore()?.release(holder, now_us))

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 /// Longest reservation id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 /// Most reservations one key keeps at once.
-pub const MAX_RESERVATIONS: usize = 100_000;
+pub const MAX_RESERVATIONS: usize = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settlement {

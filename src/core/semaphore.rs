@@ -178,6 +178,21 @@ impl Semaphore {
         }
     }
 
+    /// Replays a write made on the primary: drop what expired by `now_us`, then give `holder`
+    /// a lease until `expiry_us` (or remove its lease for 0). Deterministic, so a replica
+    /// applying it holds the primary's exact state.
+    pub fn apply(&mut self, holder: &[u8], expiry_us: u64, now_us: u64, next_id: u64) {
+        self.prune(now_us);
+        if expiry_us == 0 {
+            if let Some(expiry) = self.leases.remove(holder) {
+                self.by_expiry.remove(&(expiry, holder.into()));
+            }
+        } else {
+            self.set(holder, expiry_us);
+        }
+        self.next_id = next_id;
+    }
+
     /// Gives a slot back; false (and no change) when `holder` holds none.
     pub fn release(&mut self, holder: &[u8], now_us: u64) -> bool {
         if !self.holds(holder, now_us) {

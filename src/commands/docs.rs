@@ -456,20 +456,17 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
             raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
         key_specs[0].bs.index.pos = 1;
         match doc.keys {
-            Keys::First(flags) => {
+            Keys::First(flags) | Keys::Pairs(flags) => {
+                // One key, or every other argument to the end.
+                let (lastkey, keystep) = match doc.keys {
+                    Keys::Pairs(_) => (-1, 2),
+                    _ => (0, 1),
+                };
                 key_specs[0].flags = flags;
                 key_specs[0].find_keys_type =
                     raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-                key_specs[0].fk.range.lastkey = 0;
-                key_specs[0].fk.range.keystep = 1;
-                key_specs[0].fk.range.limit = 0;
-            }
-            Keys::Pairs(flags) => {
-                key_specs[0].flags = flags;
-                key_specs[0].find_keys_type =
-                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-                key_specs[0].fk.range.lastkey = -1;
-                key_specs[0].fk.range.keystep = 2;
+                key_specs[0].fk.range.lastkey = lastkey;
+                key_specs[0].fk.range.keystep = keystep;
                 key_specs[0].fk.range.limit = 0;
             }
             Keys::Numkeys(flags) => {

@@ -93,48 +93,53 @@ fn lease_written(
 }
 
 pub fn release(call: &Call<'_>) -> Result<(), CmdError> {
-    let result = run_release(call);
-    stats::RELEASE.count(result.as_ref().ok().copied());
-    call.reply().value(Value::Int(i64::from(result?)));
-    Ok(())
-}
-
-fn run_release(call: &Call<'_>) -> Result<bool, CmdError> {
     let [_, _, holder] = call.args[..] else {
-        return Err(Error::Arity("RL.RELEASE").into());
+        return reply_change(
+            call,
+            &stats::RELEASE,
+            Err(Error::Arity("RL.RELEASE").into()),
+        );
     };
-    let holder = parse_id(holder, "holder")?;
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
-    let now = clock::now_us();
-    let Some(l) = key.limiter()? else {
-        return Ok(false);
-    };
-    let released = l.release(holder, now)?;
-    if released {
-        lease_written(call, &mut key, holder, 0, now)?;
-    }
-    Ok(released)
+    let result = parse_id(holder, "holder")
+        .map_err(CmdError::from)
+        .and_then(|holder| change(call, holder, None));
+    reply_change(call, &stats::RELEASE, result)
 }
 
 pub fn renew(call: &Call<'_>) -> Result<(), CmdError> {
-    let result = run_renew(call);
-    stats::RENEW.count(result.as_ref().ok().copied());
+    let result = parse_renew(call.args.get(2..).unwrap_or_default())
+        .map_err(CmdError::from)
+        .and_then(|(holder, lease)| change(call, holder, Some(lease)));
+    reply_change(call, &stats::RENEW, result)
+}
+
+/// Replies 1 or 0 for a release or renewal, counting it.
+fn reply_change(
+    call: &Call<'_>,
+    stats: &stats::CommandStats,
+    result: Result<bool, CmdError>,
+) -> Result<(), CmdError> {
+    stats.count(result.as_ref().ok().copied());
     call.reply().value(Value::Int(i64::from(result?)));
     Ok(())
 }
 
-fn run_renew(call: &Call<'_>) -> Result<bool, CmdError> {
-    let (holder, lease) = parse_renew(call.args.get(2..).unwrap_or_default())?;
+/// Releases `holder`'s slot (`lease` None) or renews it for `lease`; false, changing nothing,
+/// when it holds none.
+fn change(call: &Call<'_>, holder: &[u8], lease: Option<u64>) -> Result<bool, CmdError> {
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
     let Some(l) = key.limiter()? else {
         return Ok(false);
     };
-    let renewed = l.renew(holder, lease, now)?;
-    if renewed {
-        lease_written(call, &mut key, holder, now.saturating_add(lease), now)?;
+    let (done, expiry) = match lease {
+        None => (l.release(holder, now)?, 0),
+        Some(lease) => (l.renew(holder, lease, now)?, now.saturating_add(lease)),
+    };
+    if done {
+        lease_written(call, &mut key, holder, expiry, now)?;
     }
-    Ok(renewed)
+    Ok(done)
 }
 
 /// `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`: replays one lease change

@@ -21,6 +21,8 @@
 pub mod clock;
 pub mod commands;
 pub mod core;
+#[cfg(test)]
+mod fuzz;
 pub mod info;
 pub mod replicate;
 pub mod state;

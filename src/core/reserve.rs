@@ -35,7 +35,16 @@ pub struct Reservations {
 }
 
 impl Reservations {
+    /// Rebuilds reservations from entries in id order (as `entries()` gives them), so that
+    /// every state has one encoding; `None` on a duplicate or another order.
     pub fn from_entries(entries: Vec<(Box<[u8]>, Reservation)>) -> Option<Reservations> {
+        if !entries
+            .iter()
+            .zip(entries.iter().skip(1))
+            .all(|(a, b)| a.0 < b.0)
+        {
+            return None;
+        }
         let mut r = Reservations::default();
         for (id, res) in entries {
             if id.is_empty() || id.len() > MAX_ID_LEN || r.by_id.insert(id, res).is_some() {

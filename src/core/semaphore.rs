@@ -71,8 +71,17 @@ pub struct Acquire {
 }
 
 impl Semaphore {
-    /// Rebuilds a semaphore from (holder, expiry) pairs; `None` on a duplicate holder.
+    /// Rebuilds a semaphore from (holder, expiry) pairs in the order `leases()` gives them
+    /// (earliest expiry first, then by holder), so that every state has one encoding; `None`
+    /// on a duplicate holder or another order.
     pub fn from_leases(leases: Vec<(Box<[u8]>, u64)>, next_id: u64) -> Option<Semaphore> {
+        let ordered = leases
+            .iter()
+            .zip(leases.iter().skip(1))
+            .all(|(a, b)| (a.1, &a.0) < (b.1, &b.0));
+        if !ordered {
+            return None;
+        }
         let mut s = Semaphore {
             next_id,
             ..Semaphore::default()

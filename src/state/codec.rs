@@ -236,7 +236,7 @@ pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
                 leases.push((r.bytes(MAX_HOLDER_LEN)?, r.u64()?));
             }
             let s = Semaphore::from_leases(leases, next_id)
-                .ok_or(Error::BadPayload("duplicate holder"))?;
+                .ok_or(Error::BadPayload("leases out of order"))?;
             State::Semaphore(Box::new(s))
         }
     };
@@ -266,7 +266,7 @@ pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
             entries.push((id, res));
         }
         let reservations =
-            Reservations::from_entries(entries).ok_or(Error::BadPayload("duplicate id"))?;
+            Reservations::from_entries(entries).ok_or(Error::BadPayload("ids out of order"))?;
         limiter = limiter.with_reservations(reservations)?;
     }
     if !r.rest.is_empty() {

@@ -11,8 +11,14 @@
 # off. Active expiry is off (DEBUG SET-ACTIVE-EXPIRE 0), so the counts hold the command and its
 # request, not the deletion of other keys, which depends on how fast valgrind runs.
 #
+# The pairs of lib.sh (ACQUIRE then RELEASE, RESERVE then SETTLE, and their scripts) are sent as
+# generated RESP through `redis-cli --pipe`, one dump per phase, after their keys are populated
+# with instrumentation off.
+#
 # Environment (all optional; see also benches/lib.sh):
 #   CG_N          calls per command (default 20000; the 5-key commands get CG_N/8)
+#   PAIR_CALLS    calls per phase of the new-key pairs (default 5000; the "others" pairs get
+#                 PAIR_CALLS/5 and /50)
 #   KEYS          keys of the existing-key variants (default 10000); new-key variants draw from
 #                 10^8 keys, so nearly every call creates its key
 #   ONLY          a regular expression: only the commands whose name matches
@@ -31,7 +37,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CG_N=${CG_N:-20000}
 ONLY=${ONLY:-}
-BREAKDOWN=${BREAKDOWN:-^(RL\.ADMIT gcra(, existing key)?|RL\.MULTI 5 rules, existing keys)$}
+BREAKDOWN=${BREAKDOWN:-^(RL\.ADMIT gcra(, existing key)?|RL\.MULTI 5 rules, existing keys|RL (semaphore|reserve), 1000 others: .*)$}
+PAIR_CALLS=${PAIR_CALLS:-5000}
 TOP=${TOP:-30}
 NEW_KEYSPACE=100000000
 
@@ -43,6 +50,7 @@ start_server valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="
 cli DEBUG SET-ACTIVE-EXPIRE 0 >/dev/null
 load_scripts
 define_benches
+define_pairs
 VALGRIND_VERSION=$(valgrind --version)
 
 control() { callgrind_control "$@" "$SERVER_PID" >/dev/null 2>&1 || die "callgrind_control $*: failed"; }
@@ -75,7 +83,29 @@ proc_of() { # the function that implements a command, by commandstats entry
 }
 per() { awk -v a="$1" -v n="$2" 'BEGIN {printf "%.0f", a / n}'; }
 
-declare -A CALLS REQ PROC PCMD COSTS
+declare -A CALLS REQ PROC PCMD COSTS STAT
+# One dump of whatever ran since the last --zero: $1: name, $2: commandstats entry, $3: calls.
+measure() {
+    local name=$1 stat=$2 n=$3 calls failed total cron dump
+    dumps=$((dumps + 1))
+    control --dump="$name"
+    control --instr=off
+    dump=$DIR/callgrind.out.$dumps
+    [[ -s $dump ]] || die "$name: no dump $dump"
+    calls=$(stat_field "$stat" calls)
+    failed=$(stat_field "$stat" failed_calls)
+    [[ -n $calls && $calls -ge $n ]] || die "$name: $calls calls, expected $n"
+    [[ ${failed:-0} == 0 ]] || die "$name: $failed failed calls"
+    costs "$dump" >"$dump.costs"
+    COSTS[$name]=$dump.costs
+    total=$(ir "$dump.costs" "PROGRAM TOTALS")
+    cron=$(ir "$dump.costs" serverCron)
+    CALLS[$name]=$calls
+    REQ[$name]=$(per "$((total - cron))" "$calls")
+    PCMD[$name]=$(per "$(ir "$dump.costs" processCommand)" "$calls")
+    PROC[$name]=$(per "$(ir "$dump.costs" "$(proc_of "$stat")")" "$calls")
+    STAT[$name]=$stat
+}
 selected() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
 dumps=0
 log "== callgrind: redis-benchmark -P 16 -c 1 -n $CG_N (5-key commands: $((CG_N / 8))) per command"
@@ -100,24 +130,35 @@ for entry in "${BENCHES[@]}"; do
     # shellcheck disable=SC2086 # the command is split into its arguments on purpose
     "$REDIS_BENCHMARK" -h "$HOST" -p "$PORT" -P 16 -n "$n" -c 1 -r "$keyspace" -q $command \
         >/dev/null 2>&1 || die "$name: redis-benchmark failed"
-    dumps=$((dumps + 1))
-    control --dump="$name"
-    control --instr=off
-    dump=$DIR/callgrind.out.$dumps
-    [[ -s $dump ]] || die "$name: no dump $dump"
-    calls=$(stat_field "$stat" calls)
-    failed=$(stat_field "$stat" failed_calls)
-    [[ -n $calls && $calls -ge $n ]] || die "$name: $calls calls, expected $n"
-    [[ ${failed:-0} == 0 ]] || die "$name: $failed failed calls"
-    costs "$dump" >"$dump.costs"
-    COSTS[$name]=$dump.costs
-    total=$(ir "$dump.costs" "PROGRAM TOTALS")
-    cron=$(ir "$dump.costs" serverCron)
-    CALLS[$name]=$calls
-    REQ[$name]=$(per "$((total - cron))" "$calls")
-    PCMD[$name]=$(per "$(ir "$dump.costs" processCommand)" "$calls")
-    PROC[$name]=$(per "$(ir "$dump.costs" "$(proc_of "$stat")")" "$calls")
-    log "   $(printf '%-32s' "$name") calls=$calls  Ir/request=${REQ[$name]}  processCommand=${PCMD[$name]}  command=${PROC[$name]}  ($((SECONDS - start)) s)"
+    measure "$name" "$stat" "$n"
+    log "   $(printf '%-32s' "$name") calls=${CALLS[$name]}  Ir/request=${REQ[$name]}  processCommand=${PCMD[$name]}  command=${PROC[$name]}  ($((SECONDS - start)) s)"
+done
+log "== pairs through redis-cli --pipe: $PAIR_CALLS calls per phase (new key), $((PAIR_CALLS / 5)) (10 others), $((PAIR_CALLS / 50)) (1000 others)"
+for entry in "${PAIRS[@]}"; do
+    IFS='|' read -r base _ calls_per keys others populate <<<"$entry"
+    selected "$base" || continue
+    start=$SECONDS
+    cli FLUSHALL SYNC >/dev/null
+    populate_pair "$populate" "$keys" "$others"
+    for phase in "${PHASES[@]}"; do
+        IFS='|' read -r pbase label stat command check <<<"$phase"
+        [[ $pbase == "$base" ]] || continue
+        name="$base: $label"
+        before=$(admitted_counter "$stat")
+        ROUND=1 gen_phase "$command" "$calls_per" "$keys"
+        cli CONFIG RESETSTAT >/dev/null
+        control --instr=on
+        control --zero
+        send_phase "$command" "$calls_per"
+        measure "$name" "$stat" "$calls_per"
+        if [[ -n $before ]]; then
+            admitted=$(($(admitted_counter "$stat") - before))
+            [[ $admitted == "$calls_per" ]] || die "$name: $admitted of $calls_per calls admitted"
+        fi
+        ROUND=1 check_phase "$check" "$calls_per" "$keys"
+        log "   $(printf '%-48s' "$name") calls=${CALLS[$name]}  Ir/request=${REQ[$name]}  processCommand=${PCMD[$name]}  command=${PROC[$name]}"
+    done
+    log "   ($((SECONDS - start)) s with the populating)"
 done
 if [[ -n ${CG_KEEP:-} ]]; then
     mkdir -p "$CG_KEEP"
@@ -160,12 +201,62 @@ for entry in "${BENCHES[@]}"; do
         "${PROC[$name]}" "$vs_proc" "$c_cmd" "$c_req"
 done
 
+
+# Pairs: each phase, then the sum of the two, against the same rows of the script's pair.
+pair_rows() { # $1: base -> lines "row|Ir/request|Ir in command" (phases, then the sum)
+    local phase pbase label labels= count=0 sreq=0 sproc=0 row
+    for phase in "${PHASES[@]}"; do
+        IFS='|' read -r pbase label _ <<<"$phase"
+        [[ $pbase == "$1" ]] || continue
+        row="$1: $label"
+        [[ -n ${REQ[$row]:-} ]] || return 0
+        echo "$row|${REQ[$row]}|${PROC[$row]}"
+        sreq=$((sreq + REQ[$row])) sproc=$((sproc + PROC[$row]))
+        labels+="${labels:+ + }$label" count=$((count + 1))
+    done
+    ((count < 2)) || echo "$1: $labels|$sreq|$sproc"
+}
+have_pairs=
+for entry in "${PAIRS[@]}"; do
+    IFS='|' read -r base _ <<<"$entry"
+    selected "$base" && have_pairs=1
+done
+if [[ -n $have_pairs ]]; then
+    echo
+    echo "Pairs, each phase sent through redis-cli --pipe (one connection, the whole phase"
+    echo "pipelined), one dump per phase; \"A + B\" rows add the two (one acquire-release, one"
+    echo "reserve-settle). Calls per phase: new key $PAIR_CALLS; 10 others $((PAIR_CALLS / 5)) (one per key);"
+    echo "1000 others $((PAIR_CALLS / 50)) ($((PAIR_CALLS / 500)) keys, 10 per key)."
+    echo
+    echo "| pair: phase | Ir/request | vs INCR | vs INCR, pipe | Ir in command | vs INCR | compared (command) | compared (request) |"
+    echo "|---|---:|---:|---:|---:|---:|---|---|"
+    for entry in "${PAIRS[@]}"; do
+        IFS='|' read -r base cmp _ <<<"$entry"
+        selected "$base" || continue
+        mapfile -t rows < <(pair_rows "$base")
+        mapfile -t refs < <([[ -n $cmp ]] && pair_rows "${cmp:1}")
+        for idx in "${!rows[@]}"; do
+            IFS='|' read -r row req proc <<<"${rows[$idx]}"
+            c_cmd=- c_req=-
+            if [[ -n ${refs[$idx]:-} ]]; then
+                IFS='|' read -r ref_row ref_req ref_proc <<<"${refs[$idx]}"
+                c_cmd="$(ratio "$ref_proc" "$proc") cheaper than $ref_row"
+                c_req="$(ratio "$ref_req" "$req") cheaper"
+            fi
+            printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$req" \
+                "$([[ -n ${REQ[INCR]:-} ]] && ratio "$req" "${REQ[INCR]}" || echo -)" \
+                "$([[ -n ${REQ["INCR, pipe: INCR"]:-} ]] && ratio "$req" "${REQ["INCR, pipe: INCR"]}" || echo -)" \
+                "$proc" "$([[ -n ${PROC[INCR]:-} ]] && ratio "$proc" "${PROC[INCR]}" || echo -)" \
+                "$c_cmd" "$c_req"
+        done
+    done
+fi
+
 # Where the instructions of one module command go: a waterfall from the request down to the
 # module's own code, then the Redis module API functions the module called, then the top
 # inclusive cost centres.
-for entry in "${BENCHES[@]}"; do
-    IFS='|' read -r name stat _ _ _ _ <<<"$entry"
-    if ! selected "$name" || ! [[ $name =~ $BREAKDOWN ]]; then continue; fi
+breakdown() { # $1: a measured name
+    local name=$1 f calls callback req pc cl disp cb api clock
     f=${COSTS[$name]}
     calls=${CALLS[$name]}
     p() { per "$(ir "$f" "$1")" "$calls"; }
@@ -216,5 +307,15 @@ for entry in "${BENCHES[@]}"; do
         }
         END { for (fn in self) printf "%s\t%d\n", fn, self[fn] }' | sort -t$'\t' -k2,2nr |
         awk -F'\t' -v n="$calls" 'NR <= 15 {printf "| `%s` | %.0f |\n", $1, $2 / n}'
+}
+
+for entry in "${BENCHES[@]}"; do
+    IFS='|' read -r name _ <<<"$entry"
+    if selected "$name" && [[ $name =~ $BREAKDOWN ]]; then breakdown "$name"; fi
+done
+for phase in "${PHASES[@]}"; do
+    IFS='|' read -r pbase label _ <<<"$phase"
+    name="$pbase: $label"
+    if [[ -n ${COSTS[$name]:-} && $name =~ $BREAKDOWN ]]; then breakdown "$name"; fi
 done
 log "== done in ${SECONDS} s"

@@ -102,14 +102,24 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
 }
 
 # ---------------------------------------------------------------------------------------------
-# The team-written Lua scripts (benches/lua/): SCRIPT LOAD sets SHA (gcra.lua, one key) and
-# SHA_ALL (gcra_all.lua, several keys, all or nothing).
+# The team-written Lua scripts (benches/lua/): SCRIPT LOAD sets SHA (gcra.lua, one key), SHA_ALL
+# (gcra_all.lua, several keys, all or nothing), SHA_ACQ and SHA_REL (semaphore_acquire.lua and
+# semaphore_release.lua: a sorted set of holder -> expiry), SHA_RES and SHA_SET (reserve.lua and
+# settle.lua: gcra.lua's TAT plus a hash of reservations).
 # ---------------------------------------------------------------------------------------------
+load_script() { # $1: file under benches/lua -> its sha
+    local sha
+    sha=$(cli SCRIPT LOAD "$(cat "$ROOT/benches/lua/$1")")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD $1 failed: $sha"
+    echo "$sha"
+}
 load_scripts() {
-    SHA=$(cli SCRIPT LOAD "$(cat "$ROOT/benches/lua/gcra.lua")")
-    [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD gcra.lua failed: $SHA"
-    SHA_ALL=$(cli SCRIPT LOAD "$(cat "$ROOT/benches/lua/gcra_all.lua")")
-    [[ $SHA_ALL =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD gcra_all.lua failed: $SHA_ALL"
+    SHA=$(load_script gcra.lua)
+    SHA_ALL=$(load_script gcra_all.lua)
+    SHA_ACQ=$(load_script semaphore_acquire.lua)
+    SHA_REL=$(load_script semaphore_release.lua)
+    SHA_RES=$(load_script reserve.lua)
+    SHA_SET=$(load_script settle.lua)
 }
 
 # The five keys of one RL.MULTI or gcra_all.lua call: "{P:N}:a .. {P:N}:e" with $2 for N
@@ -129,31 +139,62 @@ stat_field() { # $1: commandstats entry (lower case), $2: field
 }
 
 # ---------------------------------------------------------------------------------------------
-# RESP for i in [0, KEYS), REPEAT times each (default 1): "__i__" in an argument becomes i,
-# "__p__" becomes i padded to 12 digits as redis-benchmark writes __rand_int__.
+# RESP for i in [0, KEYS), REPEAT times each (default 1; repetition j in [0, REPEAT)), with in
+# every argument: "__i__" -> i; "__p__" -> i padded to 12 digits as redis-benchmark writes
+# __rand_int__; "__m__" -> i modulo MOD (default KEYS); "__j__" -> j; "__r__" -> ROUND.
 # ---------------------------------------------------------------------------------------------
 resp() {
-    awk -v n="$KEYS" -v rep="${REPEAT:-1}" -v args="$*" 'BEGIN {
+    awk -v n="$KEYS" -v rep="${REPEAT:-1}" -v mod="${MOD:-$KEYS}" -v round="${ROUND:-0}" -v args="$*" '
+    function put(s, pat, v,   k) { # every occurrence (no gsub: it is ~100x slower in mawk)
+        while ((k = index(s, pat)) > 0) s = substr(s, 1, k - 1) v substr(s, k + length(pat))
+        return s
+    }
+    BEGIN {
         m = split(args, a, " ")
+        for (j = 1; j <= m; j++) var[j] = index(a[j], "__") > 0
         for (i = 0; i < n; i++) {
-            out = "*" m "\r\n"
             p = sprintf("%012d", i)
-            for (j = 1; j <= m; j++) {
-                s = a[j]
-                k = index(s, "__i__"); if (k) s = substr(s, 1, k - 1) i substr(s, k + 5)
-                k = index(s, "__p__"); if (k) s = substr(s, 1, k - 1) p substr(s, k + 5)
-                out = out "$" length(s) "\r\n" s "\r\n"
+            for (r = 0; r < rep; r++) {
+                out = "*" m "\r\n"
+                for (j = 1; j <= m; j++) {
+                    s = a[j]
+                    if (var[j]) {
+                        s = put(s, "__i__", i); s = put(s, "__p__", p); s = put(s, "__m__", i % mod)
+                        s = put(s, "__j__", r); s = put(s, "__r__", round)
+                    }
+                    out = out "$" length(s) "\r\n" s "\r\n"
+                }
+                printf "%s", out
             }
-            for (r = 0; r < rep; r++) printf "%s", out
         }
-    }' # (no gsub: it is ~100x slower in mawk)
+    }'
+}
+# The same substitutions for one i, in bash (for the checks).
+subst() { # $1: text, $2: i
+    local s=$1 i=$2
+    s=${s//__i__/$i}
+    s=${s//__p__/$(printf %012d "$i")}
+    s=${s//__m__/$((i % ${MOD:-$KEYS}))}
+    s=${s//__r__/${ROUND:-0}}
+    echo "$s"
 }
 
-pipe_all() { # $@: a command for resp(); checks that every reply arrived without an error
-    local piped expected=$((KEYS * ${REPEAT:-1}))
+# The RESP is written to a file first, so that awk does not compete with the server for the CPU
+# while it runs (this machine has 2 cores), and callgrind can count the sending alone.
+pipe_gen() { # $@: a command for resp() -> $DIR/pipe.resp
     # shellcheck disable=SC2068 # split into arguments on purpose
-    piped=$(resp $@ | cli --pipe 2>&1 | tail -1)
+    resp $@ >"$DIR/pipe.resp"
+}
+pipe_send() { # $1: a name for errors; sends $DIR/pipe.resp, checks that every reply arrived
+    local piped expected=$((KEYS * ${REPEAT:-1}))
+    piped=$(cli --pipe <"$DIR/pipe.resp" 2>&1 | tail -1)
+    rm -f "$DIR/pipe.resp"
     [[ $piped == *"errors: 0, replies: $expected"* ]] || die "pipe $1: $piped"
+}
+pipe_all() { # $@: a command for resp(); checks that every reply arrived without an error
+    # shellcheck disable=SC2068
+    pipe_gen $@
+    pipe_send "$1"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -197,5 +238,111 @@ define_benches() {
         "Lua GCRA, existing key|evalsha|1||EVALSHA $SHA 1 bench:wlua:$r 3650 315360000000000 3650 1|SET bench:wlua:$p 1764000000000000 PX 3600000"
         "RL.MULTI 5 rules, existing keys|rl.multi|8|<Lua 5 keys, existing keys|RL.MULTI 5 $(five_keys w $r)$(five_rules 3650 3650d)|RL.MULTI 5 $(five_keys w $p)$(five_rules 3650 3650d)"
         "Lua 5 keys, existing keys|evalsha|8||EVALSHA $SHA_ALL 5 $(five_keys wl $r)$(five_args 3650 315360000000000)|$(five_sets wl $p)"
+        # RL.GRANT WANT 100: a chunk of 100 tokens in one call, against RL.ADMIT's one. New key:
+        # 100 units at 1000000/s, full again 100 µs later. Existing key: capacity 3650000, one
+        # unit per 86.4 s, so each call moves the TAT 2.4 h ahead and every call is granted 100.
+        "RL.GRANT WANT 100|rl.grant|1|>RL.ADMIT gcra|RL.GRANT bench:grant:$r 1000000 1s WANT 100|"
+        "RL.GRANT WANT 100, existing key|rl.grant|1|>RL.ADMIT gcra, existing key|RL.GRANT bench:wgrant:$r 3650000 3650d WANT 100|RL.GRANT bench:wgrant:$p 3650000 3650d WANT 100"
     )
+}
+
+# ---------------------------------------------------------------------------------------------
+# Pairs: commands that only make sense one after the other on the same keys (RL.ACQUIRE then
+# RL.RELEASE of the same holder, RESERVE then RL.SETTLE of the same id), which redis-benchmark
+# cannot send (it draws a new number for every __rand_int__). Both scripts send each phase as
+# generated RESP through `redis-cli --pipe` (one connection, the whole phase pipelined) and time
+# it alone: CONFIG RESETSTAT, the phase, INFO commandstats. See resp() for __i__, __m__, __j__,
+# __r__: call i of a phase uses key __m__ = i mod keys, so each key gets calls/keys calls.
+#
+# PAIRS:  base | compared | calls per phase | keys | others | populate
+#   - others: leases or reservations every key holds before timing (held for 1 h, never
+#     released), created once by `populate` sent `others` times per key (__j__ = 0 .. others-1);
+#   - compared: "<X": each phase (and the sum) shown as "how many times cheaper than" X's.
+# PHASES: base | label | commandstats entry | command | check
+#   - check: "command~regex", sent for the first and the last call of the phase after it ran;
+#     the reply (lines joined by spaces) must match. The module's phases are checked as well by
+#     INFO rl: every call must count as admitted (acquired, released, reserved, settled).
+# New-key pairs use new keys in every round (__r__ in the key), so ACQUIRE creates the key and
+# RELEASE of its only lease deletes it. In the "others" pairs each key keeps its others, so
+# ACQUIRE and RELEASE go from N to N+1 to N leases; a settled reservation is kept until its KEEP
+# (1 h), so each round adds calls/keys settled reservations per key (noted in the tables).
+# ---------------------------------------------------------------------------------------------
+define_pairs() {
+    local c=${PAIR_CALLS:?} n k j
+    local c10=$((c / 5)) k1000=$((c / 500)) c1000=$((c / 50))
+    local rule="1000000 1s BURST 1000000" lrule="1000000 1000000 1000000"
+    # shellcheck disable=SC2034 # read by the scripts that source this file
+    PAIRS=(
+        "INCR, pipe||$c|$c|1|SET bench:pincr:__m__ 1"
+        "RL semaphore, new key|<Lua semaphore, new key|$c|$c|0|"
+        "Lua semaphore, new key||$c|$c|0|"
+        "RL reserve, new key|<Lua reserve, new key|$c|$c|0|"
+        "Lua reserve, new key||$c|$c|0|"
+    )
+    PHASES=(
+        "INCR, pipe|INCR|incr|INCR bench:pincr:__m__|GET bench:pincr:__m__~^[0-9]+$"
+        "RL semaphore, new key|RL.ACQUIRE|rl.acquire|RL.ACQUIRE bench:sem:__r__:__m__ 100 30s ID h__i__|RL.INFO bench:sem:__r__:__m__~in_flight 1 "
+        "RL semaphore, new key|RL.RELEASE|rl.release|RL.RELEASE bench:sem:__r__:__m__ h__i__|EXISTS bench:sem:__r__:__m__~^0$"
+        "Lua semaphore, new key|acquire|evalsha|EVALSHA $SHA_ACQ 1 bench:lsem:__r__:__m__ 100 30000000 h__i__|ZCARD bench:lsem:__r__:__m__~^1$"
+        "Lua semaphore, new key|release|evalsha|EVALSHA $SHA_REL 1 bench:lsem:__r__:__m__ h__i__|EXISTS bench:lsem:__r__:__m__~^0$"
+        "RL reserve, new key|RL.ADMIT .. RESERVE|rl.admit|RL.ADMIT bench:res:__r__:__m__ $rule COST 10 RESERVE id__i__|RL.INFO bench:res:__r__:__m__~reservations 1 "
+        "RL reserve, new key|RL.SETTLE|rl.settle|RL.SETTLE bench:res:__r__:__m__ id__i__ 14|RL.SETTLE bench:res:__r__:__m__ id__i__ 14~^4 [0-9]+$"
+        "Lua reserve, new key|reserve|evalsha|EVALSHA $SHA_RES 2 {bench:lres:__r__:__m__} {bench:lres:__r__:__m__}:res $lrule 10 id__i__ 3600000|HGET {bench:lres:__r__:__m__}:res id__i__~^10 [0-9]+ [0-9]+$"
+        "Lua reserve, new key|settle|evalsha|EVALSHA $SHA_SET 2 {bench:lres:__r__:__m__} {bench:lres:__r__:__m__}:res id__i__ 14 $lrule|HGET {bench:lres:__r__:__m__}:res id__i__~^10 [0-9]+ [0-9]+ 4 [0-9]+$"
+    )
+    # N others per key: 10 (c/5 keys, one pair each per round) and 1000 (c/500 keys, 10 pairs
+    # each per round: leases go from 1000 to 1010 and back; reservations grow by 10 a round).
+    for n in 10 1000; do
+        if [[ $n == 10 ]]; then k=$c10 j=$c10; else k=$k1000 j=$c1000; fi
+        [[ $k -ge 1 ]] || continue
+        PAIRS+=(
+            "RL semaphore, $n others|<Lua semaphore, $n others|$j|$k|$n|RL.ACQUIRE bench:sem$n:__m__ 10000 1h ID o__j__"
+            "Lua semaphore, $n others||$j|$k|$n|EVALSHA $SHA_ACQ 1 bench:lsem$n:__m__ 10000 3600000000 o__j__"
+            "RL reserve, $n others|<Lua reserve, $n others|$j|$k|$n|RL.ADMIT bench:res$n:__m__ $rule COST 10 RESERVE o__j__"
+            "Lua reserve, $n others||$j|$k|$n|EVALSHA $SHA_RES 2 {bench:lres$n:__m__} {bench:lres$n:__m__}:res $lrule 10 o__j__ 3600000"
+        )
+        PHASES+=(
+            "RL semaphore, $n others|RL.ACQUIRE|rl.acquire|RL.ACQUIRE bench:sem$n:__m__ 10000 30s ID h__r__-__i__|RL.INFO bench:sem$n:__m__~in_flight $((n + j / k)) "
+            "RL semaphore, $n others|RL.RELEASE|rl.release|RL.RELEASE bench:sem$n:__m__ h__r__-__i__|RL.INFO bench:sem$n:__m__~in_flight $n "
+            "Lua semaphore, $n others|acquire|evalsha|EVALSHA $SHA_ACQ 1 bench:lsem$n:__m__ 10000 30000000 h__r__-__i__|ZCARD bench:lsem$n:__m__~^$((n + j / k))$"
+            "Lua semaphore, $n others|release|evalsha|EVALSHA $SHA_REL 1 bench:lsem$n:__m__ h__r__-__i__|ZCARD bench:lsem$n:__m__~^$n$"
+            "RL reserve, $n others|RL.ADMIT .. RESERVE|rl.admit|RL.ADMIT bench:res$n:__m__ $rule COST 10 RESERVE id__r__-__i__|RL.INFO bench:res$n:__m__~reservations [0-9]+ "
+            "RL reserve, $n others|RL.SETTLE|rl.settle|RL.SETTLE bench:res$n:__m__ id__r__-__i__ 14|RL.SETTLE bench:res$n:__m__ id__r__-__i__ 14~^4 [0-9]+$"
+            "Lua reserve, $n others|reserve|evalsha|EVALSHA $SHA_RES 2 {bench:lres$n:__m__} {bench:lres$n:__m__}:res $lrule 10 id__r__-__i__ 3600000|HGET {bench:lres$n:__m__}:res id__r__-__i__~^10 [0-9]+ [0-9]+$"
+            "Lua reserve, $n others|settle|evalsha|EVALSHA $SHA_SET 2 {bench:lres$n:__m__} {bench:lres$n:__m__}:res id__r__-__i__ 14 $lrule|HGET {bench:lres$n:__m__}:res id__r__-__i__~^10 [0-9]+ [0-9]+ 4 [0-9]+$"
+        )
+    done
+}
+
+# One phase of a pair ($1: the PHASES entry's command, $2: calls, $3: keys) as a pipe: generated
+# by gen_phase, then sent by send_phase.
+gen_phase() {
+    # shellcheck disable=SC2086 # split into arguments on purpose
+    KEYS=$2 MOD=$3 pipe_gen $1
+}
+send_phase() {
+    KEYS=$2 pipe_send "$1"
+}
+# Populates a pair's keys ($1: populate command, $2: keys, $3: others).
+populate_pair() {
+    [[ -n $1 ]] || return 0
+    # shellcheck disable=SC2086
+    KEYS=$2 MOD=$2 REPEAT=$3 pipe_all $1
+}
+# Checks a phase after it ran ($1: check, $2: calls, $3: keys); dies on a mismatch.
+check_phase() {
+    [[ -n $1 ]] || return 0
+    local command=${1%%~*} regex=${1#*~} i reply
+    for i in 0 $(($2 - 1)); do
+        # shellcheck disable=SC2046 # split into arguments on purpose
+        reply=$(cli $(MOD=$3 subst "$command" "$i") | tr '\n' ' ')
+        reply=${reply% }
+        [[ $reply =~ $regex ]] || die "check '$(MOD=$3 subst "$command" "$i")' (call $i): '$reply' does not match '$regex'"
+    done
+}
+# INFO rl counter of a module command's admitted calls (empty for other commands).
+admitted_counter() {
+    case $1 in
+        rl.*) cli INFO rl | tr -d '\r' | awk -F: -v k="rl_${1#rl.}_admitted" '$1==k {print $2}' ;;
+    esac
 }

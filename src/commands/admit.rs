@@ -39,7 +39,7 @@ fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
     let (algo, rule, cost, dry) = (req.algo, req.rule, req.cost, req.dry_run);
     match req.reserve {
         None => admit_key(call, &mut key, 1, algo, rule, cost, now, dry),
-        Some(r) => update(call, &mut key, 1, Some(Limiter::new(algo, rule)), |l| {
+        Some(r) => update(call, &mut key, 1, Some((algo, rule)), |l| {
             l.reserve(algo, rule, cost, r.id, r.keep_us, now, dry)
         })
         .map(|d| d.unwrap_or_else(|| Decision::refused(&rule))),
@@ -59,21 +59,21 @@ pub fn admit_key(
     now: u64,
     dry: bool,
 ) -> Result<Decision, CmdError> {
-    update(call, key, arg, Some(Limiter::new(algo, rule)), |l| {
+    update(call, key, arg, Some((algo, rule)), |l| {
         let d = l.admit(algo, rule, cost, now, dry)?;
         Ok((d, d.allowed && !dry))
     })
     .map(|d| d.unwrap_or_else(|| Decision::refused(&rule)))
 }
 
-/// Runs `f` on the key's limiter, or on `fresh` when the key is empty (`None` then means an
+/// Runs `f` on the key's limiter, or on a fresh one of `fresh` (algorithm, rule) when the key is empty (`None` then means an
 /// empty key stays empty and `f` does not run). When `f` reports a change, the state is
 /// written, its expiry set and the effect propagated.
 pub fn update<T>(
     call: &Call<'_>,
     key: &mut Key,
     arg: usize,
-    fresh: Option<Limiter>,
+    fresh: Option<(Algo, Rule)>,
     f: impl FnOnce(&mut Limiter) -> Result<(T, bool), Error>,
 ) -> Result<Option<T>, CmdError> {
     let out = match key.limiter()? {
@@ -91,9 +91,11 @@ pub fn update<T>(
             out
         }
         None => {
-            let Some(mut limiter) = fresh else {
+            // Built only for an empty key: a fresh log allocates.
+            let Some((algo, rule)) = fresh else {
                 return Ok(None);
             };
+            let mut limiter = Limiter::new(algo, rule);
             let (out, changed) = f(&mut limiter)?;
             if changed {
                 key.set(limiter);

@@ -6,7 +6,7 @@ use super::reply::int;
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::grant::parse_grant;
-use crate::core::limiter::{Grant, Limiter};
+use crate::core::limiter::Grant;
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
@@ -25,8 +25,7 @@ fn grant(call: &Call<'_>) -> Result<Grant, CmdError> {
     let req = parse_grant(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let fresh = Limiter::new(req.algo, req.rule);
-    let granted = update(call, &mut key, 1, Some(fresh), |l| {
+    let granted = update(call, &mut key, 1, Some((req.algo, req.rule)), |l| {
         let g = l.grant(req.algo, req.rule, req.want, req.ttl_us, now)?;
         Ok((g, g.granted > 0))
     })?;

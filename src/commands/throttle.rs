@@ -5,7 +5,6 @@ use super::key::Kind;
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
-use crate::core::limiter::Limiter;
 use crate::core::rule::Algo;
 use crate::core::throttle::{from_redis_cell, parse_throttle, throttle, ThrottleReply};
 use crate::stats;
@@ -38,8 +37,8 @@ fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
     let now = clock::now_us();
     let (reply, changed) = match key.kind() {
         Kind::Limiter | Kind::Empty => {
-            let fresh = Limiter::new(Algo::Gcra, req.rule);
-            let reply = update(call, &mut key, 1, Some(fresh), |l| throttle(l, &req, now))?;
+            let fresh = Some((Algo::Gcra, req.rule));
+            let reply = update(call, &mut key, 1, fresh, |l| throttle(l, &req, now))?;
             return reply.ok_or(CmdError::WrongType);
         }
         // A key written by redis-cell: its TAT carries over, so users can swap modules on a

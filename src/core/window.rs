@@ -123,7 +123,7 @@ impl Sliding {
             retry_after_us: if allowed {
                 0
             } else {
-                s.admit_at(rule, cost) - now_us
+                s.admit_at(rule, cost).saturating_sub(now_us)
             },
             reset_after_us: after.full_at_us(rule).saturating_sub(now_us),
             limit: rule.limit(),

@@ -66,9 +66,9 @@ pub fn admit_key(
     .map(|d| d.unwrap_or_else(|| Decision::refused(&rule)))
 }
 
-/// Runs `f` on the key's limiter, or on a fresh one of `fresh` (algorithm, rule) when the key is empty (`None` then means an
-/// empty key stays empty and `f` does not run). When `f` reports a change, the state is
-/// written, its expiry set and the effect propagated.
+/// Runs `f` on the key's limiter, or on a fresh one of `fresh` (algorithm, rule) when the key is
+/// empty (`None` then means an empty key stays empty and `f` does not run). When `f` reports a
+/// change, the state is written, its expiry set and the effect propagated.
 pub fn update<T>(
     call: &Call<'_>,
     key: &mut Key,
@@ -76,51 +76,93 @@ pub fn update<T>(
     fresh: Option<(Algo, Rule)>,
     f: impl FnOnce(&mut Limiter) -> Result<(T, bool), Error>,
 ) -> Result<Option<T>, CmdError> {
-    let out = match key.limiter()? {
-        Some(limiter) => {
+    let existing = match key.limiter()? {
+        Some(mut limiter) => {
             let before = limiter.algo();
-            let (out, changed) = f(limiter)?;
+            let (out, changed) = f(&mut limiter)?;
             if limiter.algo() != before {
                 // gcra <-> bucket, window <-> sliding: the same value, counted anew.
                 stats::key_freed(before);
                 stats::key_created(limiter.algo());
             }
-            if changed {
-                written(call, key, arg)?;
-            }
-            out
+            Ok((out, changed.then(|| propagate(call, arg, &limiter))))
         }
-        None => {
+        None => Err(f),
+    };
+    let (out, effect) = match existing {
+        Ok(done) => done,
+        Err(f) => {
             // Built only for an empty key: a fresh log allocates.
             let Some((algo, rule)) = fresh else {
                 return Ok(None);
             };
             let mut limiter = Limiter::new(algo, rule);
             let (out, changed) = f(&mut limiter)?;
-            if changed {
-                key.set(limiter);
-                written(call, key, arg)?;
+            if !changed {
+                return Ok(Some(out));
             }
-            out
+            let effect = propagate(call, arg, &limiter);
+            key.set(limiter);
+            (out, Some(effect))
         }
     };
+    if let Some(effect) = effect {
+        apply(call, key, arg, effect);
+    }
     Ok(Some(out))
 }
 
-/// After a limiter was written: expiry, keyspace signal and effect replication. A state that
-/// equals an absent key (a semaphore with no lease left) deletes the key instead.
-pub fn written(call: &Call<'_>, key: &mut Key, arg: usize) -> Result<(), CmdError> {
-    let Some(limiter) = key.limiter()? else {
-        return Ok(());
-    };
-    if limiter.is_void() {
-        key.delete();
-        replicate::deleted(call.ctx, call.raw_arg(arg));
-    } else {
-        let expire_at_ms = limiter.expire_at_ms();
-        call.propagate_state(arg, limiter);
-        key.expire_at(Some(expire_at_ms));
+/// What a write does to its key after the value is stored.
+pub enum Effect {
+    /// The state equals an absent key's (a semaphore with no lease left): the key goes.
+    Delete,
+    /// The key expires at this Unix millisecond, when it is full again.
+    ExpireAt(u64),
+}
+
+impl Effect {
+    pub fn of(limiter: &Limiter) -> Effect {
+        if limiter.is_void() {
+            Effect::Delete
+        } else {
+            Effect::ExpireAt(limiter.expire_at_ms())
+        }
     }
-    key.signal_modified();
+
+    /// Deletes the key or sets its expiry, and signals the change (propagating nothing).
+    pub fn apply(self, key: &mut Key) {
+        match self {
+            Effect::Delete => key.delete(),
+            Effect::ExpireAt(ms) => key.expire_at(Some(ms)),
+        }
+        key.signal_modified();
+    }
+}
+
+/// Propagates the state `limiter` that the key at argument `arg` now holds (a void one
+/// propagates as the deletion, in [`apply`]) and says what becomes of the key.
+fn propagate(call: &Call<'_>, arg: usize, limiter: &Limiter) -> Effect {
+    let effect = Effect::of(limiter);
+    if let Effect::ExpireAt(_) = effect {
+        call.propagate_state(arg, limiter);
+    }
+    effect
+}
+
+/// Applies `effect` to the key at argument `arg`, propagating a deletion.
+pub fn apply(call: &Call<'_>, key: &mut Key, arg: usize, effect: Effect) {
+    if let Effect::Delete = effect {
+        replicate::deleted(call.ctx, call.raw_arg(arg));
+    }
+    effect.apply(key);
+}
+
+/// After a limiter was stored with [`Key::set`]: expiry, keyspace signal and effect replication.
+pub fn written(call: &Call<'_>, key: &mut Key, arg: usize) -> Result<(), CmdError> {
+    let effect = match key.limiter()? {
+        Some(limiter) => propagate(call, arg, &limiter),
+        None => return Ok(()),
+    };
+    apply(call, key, arg, effect);
     Ok(())
 }

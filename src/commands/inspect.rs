@@ -13,7 +13,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     }
     let mut key = Key::open_read(call.ctx, call.raw_arg(1))?;
     let ttl = key.ttl_ms();
-    let Some(limiter) = key.limiter()? else {
+    let Some(mut limiter) = key.limiter()? else {
         call.reply().value(Value::Null);
         return Ok(());
     };

@@ -7,6 +7,7 @@ use redis_module::raw;
 
 use super::CmdError;
 use crate::core::limiter::Limiter;
+use crate::state::value::{self, Held};
 use crate::state::{self, LIMITER_TYPE};
 
 /// What a key holds, as far as this module cares.
@@ -85,13 +86,18 @@ impl Key {
     }
 
     /// The limiter this key holds, `None` for an empty key, `WRONGTYPE` for any other value.
-    pub fn limiter(&mut self) -> Result<Option<&mut Limiter>, CmdError> {
+    /// Changes made through it are stored when it is dropped.
+    pub fn limiter(&mut self) -> Result<Option<Held<'_>>, CmdError> {
         match self.kind() {
             Kind::Empty => Ok(None),
-            // SAFETY: the value of a key of our type is a `Limiter` this module created.
+            // SAFETY: the value of a key of our type is a `Value` this module created.
             Kind::Limiter => unsafe {
                 let get_value = raw::RedisModule_ModuleTypeGetValue.ok_or(CmdError::WrongType)?;
-                Ok(get_value(self.raw()).cast::<Limiter>().as_mut())
+                let raw = get_value(self.raw());
+                if raw.is_null() {
+                    return Ok(None);
+                }
+                Ok(Some(value::from_raw(raw).hold(self.raw())?))
             },
             Kind::String | Kind::Other => Err(CmdError::WrongType),
         }
@@ -126,7 +132,7 @@ impl Key {
             return; // opened for reading: nothing to write to
         }
         let ours = *LIMITER_TYPE.raw_type.borrow();
-        // SAFETY: ownership of the boxed limiter passes to Redis, which frees it through the
+        // SAFETY: ownership of the boxed value passes to Redis, which frees it through the
         // type's `free` callback.
         unsafe {
             if let Some(set) = raw::RedisModule_ModuleTypeSetValue {

@@ -2,6 +2,7 @@
 //! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
 //! propagate.
 
+use super::admit::{apply, Effect};
 use super::reply::{int, Value};
 use super::{Call, CmdError, Key};
 use crate::clock;
@@ -41,8 +42,12 @@ fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
     let (rule, holder) = parse_acquire(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let a = match key.limiter()? {
-        Some(l) => l.acquire(rule, holder, now, false)?,
+    let existing = match key.limiter()? {
+        Some(mut l) => Some(l.acquire(rule, holder, now, false)?),
+        None => None,
+    };
+    let a = match existing {
+        Some(a) => a,
         None => {
             let mut l = Limiter::new(Algo::Semaphore, rule);
             let a = l.acquire(rule, holder, now, false)?;
@@ -69,26 +74,23 @@ fn lease_written(
     expiry_us: u64,
     now: u64,
 ) -> Result<(), CmdError> {
-    let Some(l) = key.limiter()? else {
-        return Ok(());
+    let effect = match key.limiter()? {
+        None => return Ok(()),
+        Some(l) if l.is_void() => Effect::Delete,
+        Some(l) => {
+            let op = replicate::LeaseOp {
+                capacity: l.rule().limit(),
+                lease_us: l.rule().period_us(),
+                now_us: now,
+                next_id: l.next_lease_id(),
+                holder,
+                expiry_us,
+            };
+            replicate::lease(call.ctx, call.raw_arg(1), &op);
+            Effect::ExpireAt(l.expire_at_ms())
+        }
     };
-    if l.is_void() {
-        key.delete();
-        replicate::deleted(call.ctx, call.raw_arg(1));
-    } else {
-        let (rule, next_id, expire_at) = (*l.rule(), l.next_lease_id(), l.expire_at_ms());
-        let op = replicate::LeaseOp {
-            capacity: rule.limit(),
-            lease_us: rule.period_us(),
-            now_us: now,
-            next_id,
-            holder,
-            expiry_us,
-        };
-        replicate::lease(call.ctx, call.raw_arg(1), &op);
-        key.expire_at(Some(expire_at));
-    }
-    key.signal_modified();
+    apply(call, key, 1, effect);
     Ok(())
 }
 
@@ -129,13 +131,14 @@ fn reply_change(
 fn change(call: &Call<'_>, holder: &[u8], lease: Option<u64>) -> Result<bool, CmdError> {
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let Some(l) = key.limiter()? else {
+    let Some(mut l) = key.limiter()? else {
         return Ok(false);
     };
     let (done, expiry) = match lease {
         None => (l.release(holder, now)?, 0),
         Some(lease) => (l.renew(holder, lease, now)?, now.saturating_add(lease)),
     };
+    drop(l);
     if done {
         lease_written(call, &mut key, holder, expiry, now)?;
     }
@@ -154,23 +157,24 @@ pub fn leaseset(call: &Call<'_>) -> Result<(), CmdError> {
     let (now, next_id) = (number(now, "now_us")?, number(next_id, "next_id")?);
     let (holder, expiry) = (parse_id(holder, "holder")?, number(expiry, "expiry_us")?);
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
-    match key.limiter()? {
-        Some(l) => l.apply_lease(rule, holder, expiry, now, next_id)?,
+    let existing = match key.limiter()? {
+        Some(mut l) => {
+            l.apply_lease(rule, holder, expiry, now, next_id)?;
+            Some(Effect::of(&l))
+        }
+        None => None,
+    };
+    let effect = match existing {
+        Some(effect) => effect,
         None => {
             let mut l = Limiter::new(Algo::Semaphore, rule);
             l.apply_lease(rule, holder, expiry, now, next_id)?;
+            let effect = Effect::of(&l);
             key.set(l);
+            effect
         }
-    }
-    if let Some(l) = key.limiter()? {
-        if l.is_void() {
-            key.delete();
-        } else {
-            let at = l.expire_at_ms();
-            key.expire_at(Some(at));
-        }
-    }
-    key.signal_modified();
+    };
+    effect.apply(&mut key);
     replicate::verbatim(call.ctx);
     call.reply().ok();
     Ok(())

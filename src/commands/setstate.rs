@@ -25,9 +25,15 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         let mut key = Key::open(call.ctx, call.raw_arg(1 + 2 * i))?;
         // Like RESTORE ... REPLACE: whatever the key held (a limiter, or a redis-cell string
         // that CL.THROTTLE converted on the primary) becomes this limiter.
-        match key.limiter() {
-            Ok(Some(existing)) if existing.algo() == limiter.algo() => *existing = limiter,
-            _ => key.set(limiter),
+        let leftover = match key.limiter() {
+            Ok(Some(mut existing)) if existing.algo() == limiter.algo() => {
+                *existing = limiter;
+                None
+            }
+            _ => Some(limiter),
+        };
+        if let Some(limiter) = leftover {
+            key.set(limiter);
         }
         key.expire_at(Some(expire_at_ms));
         key.signal_modified();

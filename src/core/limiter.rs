@@ -82,6 +82,18 @@ impl Limiter {
         }
     }
 
+    /// A gcra limiter with no reservation whose theoretical arrival time is `tat` ticks: what a
+    /// compact key (see `state::value`) unpacks to.
+    pub fn gcra_at(rule: Rule, tat: i128) -> Limiter {
+        Limiter {
+            rule,
+            state: State::Gcra {
+                tat: Wide::new(tat),
+            },
+            reservations: None,
+        }
+    }
+
     /// Rebuilds a limiter from decoded parts, refusing states no command could have produced.
     pub fn from_parts(rule: Rule, state: State) -> Result<Limiter, Error> {
         let cap = rate::capacity(&rule);

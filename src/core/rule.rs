@@ -93,7 +93,7 @@ pub enum Family {
 }
 
 /// `limit` units per `period_us`, with room for `burst` units at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rule {
     limit: u64,
     period_us: u64,

@@ -1,6 +1,8 @@
 //! The native type `rllimiter`: one Redis type for every limiter, and its persistence callbacks.
 
 pub mod codec;
+pub mod rules;
+pub mod value;
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -42,10 +44,18 @@ pub static LIMITER_TYPE: RedisType = RedisType::new(
 /// The name of the command that rebuilds a value from its encoding (replication and AOF).
 pub const SETSTATE: &std::ffi::CStr = c"RL.SETSTATE";
 
-/// Hands a limiter to Redis, counting it in `INFO rl`.
+/// Hands a limiter to Redis, in its smallest form, counting it in `INFO rl`.
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
     stats::key_created(limiter.algo());
-    Box::into_raw(Box::new(limiter)).cast()
+    value::into_raw(limiter)
+}
+
+/// Encodes the value at `value`, a pointer this module created with `into_raw`.
+///
+/// # Safety
+/// `value` must come from `into_raw` and not have been freed.
+unsafe fn encode(value: *mut c_void) -> Option<codec::Encoded> {
+    value::from_raw(value).with(codec::encode).ok()
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -63,8 +73,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: Redis hands back a pointer this module created with `into_raw`.
-    let limiter = &*value.cast::<Limiter>();
-    raw::save_slice(rdb, codec::encode(limiter).as_bytes());
+    match encode(value) {
+        Some(encoded) => raw::save_slice(rdb, encoded.as_bytes()),
+        // Unreachable (an interned rule outlives its values); an empty payload fails to load
+        // rather than loading as something else.
+        None => raw::save_slice(rdb, &[]),
+    }
 }
 
 unsafe extern "C" fn aof_rewrite(
@@ -72,8 +86,9 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    let limiter = &*value.cast::<Limiter>();
-    let encoded = codec::encode(limiter);
+    let Some(encoded) = encode(value) else {
+        return;
+    };
     let bytes = encoded.as_bytes();
     // Redis appends the key's PEXPIREAT after this command.
     if let Some(emit) = raw::RedisModule_EmitAOF {
@@ -89,13 +104,13 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let limiter = &*value.cast::<Limiter>();
-    std::mem::size_of::<Limiter>() + limiter.heap_bytes()
+    value::from_raw(value.cast_mut()).bytes()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let limiter = &*value.cast::<Limiter>();
-    let encoded = codec::encode(limiter);
+    let Some(encoded) = encode(value) else {
+        return;
+    };
     let bytes = encoded.as_bytes();
     if let (Some(add), Some(end)) = (
         raw::RedisModule_DigestAddStringBuffer,
@@ -107,8 +122,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    let limiter = Box::from_raw(value.cast::<Limiter>());
-    stats::key_freed(limiter.algo());
+    stats::key_freed(value::free_raw(value));
 }
 
 unsafe extern "C" fn copy(
@@ -116,6 +130,7 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    let limiter = &*value.cast::<Limiter>();
-    into_raw(limiter.clone())
+    let value = value::from_raw(value.cast_mut());
+    stats::key_created(value.algo());
+    value.copy_raw()
 }

@@ -1,0 +1,318 @@
+//! What a key of type `rllimiter` points to: 16 bytes for an idle gcra key, a boxed [`Limiter`]
+//! otherwise.
+//!
+//! A gcra key without reservations is a rule and a TAT. The rule is interned (`rules`) and the
+//! TAT fits 96 bits for any rule whose limit is below about 4 * 10^13 per period (ticks are
+//! microseconds times the limit), so such a key is one 16-byte [`Compact`] instead of a 64-byte
+//! limiter. Redis keeps one opaque pointer per value and never reads through it, so the pointer
+//! says which of the two it is: a `Compact` has its lowest bit set (both are 8-byte aligned).
+//! Commands still see a [`Limiter`]: [`Held`] unpacks it and packs it back when dropped.
+
+use std::ffi::c_void;
+use std::mem;
+use std::ops::{Deref, DerefMut};
+
+use redis_module::raw;
+
+use super::rules::{self, RuleRef};
+use super::LIMITER_TYPE;
+use crate::core::error::Error;
+use crate::core::limiter::{Limiter, State};
+use crate::core::rule::{Algo, Rule};
+
+const COMPACT: usize = 1;
+
+/// A gcra TAT in 96 bits and the id of its rule.
+#[derive(Debug, Clone)]
+pub struct Compact {
+    rule: RuleRef,
+    tat_high: u32,
+    tat_low: u64,
+}
+
+const _: () = assert!(mem::size_of::<Compact>() == 16 && mem::align_of::<Limiter>() >= 2);
+
+impl Compact {
+    /// `limiter` as a `Compact`, if it is one.
+    fn pack(limiter: &Limiter) -> Option<Compact> {
+        let tat = packable_tat(limiter)?;
+        let mut compact = Compact {
+            rule: rules::intern(*limiter.rule())?,
+            tat_high: 0,
+            tat_low: 0,
+        };
+        compact.set_tat(tat);
+        Some(compact)
+    }
+
+    fn tat(&self) -> i128 {
+        (i128::from(self.tat_high) << 64) | i128::from(self.tat_low)
+    }
+
+    fn set_tat(&mut self, tat: u128) {
+        self.tat_high = (tat >> 64) as u32;
+        self.tat_low = tat as u64;
+    }
+
+    fn unpack(&self) -> Result<(Limiter, Rule), Error> {
+        let rule = self.rule.rule()?;
+        Ok((Limiter::gcra_at(rule, self.tat()), rule))
+    }
+}
+
+/// The TAT of a limiter that packs into a [`Compact`].
+fn packable_tat(limiter: &Limiter) -> Option<u128> {
+    match limiter.state() {
+        State::Gcra { tat } if limiter.reservations().is_none() => {
+            u128::try_from(tat.get()).ok().filter(|t| t >> 96 == 0)
+        }
+        _ => None,
+    }
+}
+
+/// A value, seen through the pointer Redis keeps.
+pub enum Value<'a> {
+    Compact(&'a mut Compact),
+    Full(&'a mut Limiter),
+}
+
+/// The pointer Redis keeps for `limiter`, in its smallest form.
+pub fn into_raw(limiter: Limiter) -> *mut c_void {
+    match Compact::pack(&limiter) {
+        Some(compact) => Box::into_raw(Box::new(compact))
+            .map_addr(|a| a | COMPACT)
+            .cast(),
+        None => Box::into_raw(Box::new(limiter)).cast(),
+    }
+}
+
+/// The value behind `raw`.
+///
+/// # Safety
+/// `raw` comes from [`into_raw`], is not freed, and nothing else borrows it for `'a`.
+pub unsafe fn from_raw<'a>(raw: *mut c_void) -> Value<'a> {
+    if raw.addr() & COMPACT != 0 {
+        Value::Compact(&mut *raw.map_addr(|a| a & !COMPACT).cast::<Compact>())
+    } else {
+        Value::Full(&mut *raw.cast::<Limiter>())
+    }
+}
+
+/// Frees the value behind `raw` and says which algorithm it held.
+///
+/// # Safety
+/// `raw` comes from [`into_raw`] and is not used again.
+pub unsafe fn free_raw(raw: *mut c_void) -> Algo {
+    if raw.addr() & COMPACT != 0 {
+        drop(Box::from_raw(
+            raw.map_addr(|a| a & !COMPACT).cast::<Compact>(),
+        ));
+        Algo::Gcra
+    } else {
+        Box::from_raw(raw.cast::<Limiter>()).algo()
+    }
+}
+
+impl<'a> Value<'a> {
+    pub fn algo(&self) -> Algo {
+        match self {
+            Value::Compact(_) => Algo::Gcra,
+            Value::Full(limiter) => limiter.algo(),
+        }
+    }
+
+    /// Runs `f` on the limiter this value holds.
+    pub fn with<T>(&self, f: impl FnOnce(&Limiter) -> T) -> Result<T, Error> {
+        match self {
+            Value::Compact(c) => Ok(f(&c.unpack()?.0)),
+            Value::Full(limiter) => Ok(f(limiter)),
+        }
+    }
+
+    /// A new pointer holding a copy of this value.
+    pub fn copy_raw(&self) -> *mut c_void {
+        match self {
+            Value::Compact(c) => Box::into_raw(Box::new((*c).clone()))
+                .map_addr(|a| a | COMPACT)
+                .cast(),
+            Value::Full(limiter) => Box::into_raw(Box::new((*limiter).clone())).cast(),
+        }
+    }
+
+    /// Bytes this value holds (`MEMORY USAGE`); the interned rule is shared, so not counted.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Value::Compact(_) => mem::size_of::<Compact>(),
+            Value::Full(limiter) => mem::size_of::<Limiter>() + limiter.heap_bytes(),
+        }
+    }
+
+    /// The limiter of the open `key` this value belongs to, to read or change; changes are
+    /// kept when the [`Held`] is dropped, repacking the value when its shape changed.
+    pub fn hold(self, key: *mut raw::RedisModuleKey) -> Result<Held<'a>, Error> {
+        Ok(match self {
+            Value::Compact(compact) => {
+                let (limiter, rule) = compact.unpack()?;
+                Held::Unpacked {
+                    key,
+                    compact,
+                    limiter,
+                    rule,
+                }
+            }
+            Value::Full(limiter) => Held::Boxed { key, limiter },
+        })
+    }
+}
+
+/// A limiter borrowed from an open key's value.
+pub enum Held<'a> {
+    Boxed {
+        key: *mut raw::RedisModuleKey,
+        limiter: &'a mut Limiter,
+    },
+    /// Unpacked from `compact`, whose rule was `rule`; packed back on drop.
+    Unpacked {
+        key: *mut raw::RedisModuleKey,
+        compact: &'a mut Compact,
+        limiter: Limiter,
+        rule: Rule,
+    },
+}
+
+impl Deref for Held<'_> {
+    type Target = Limiter;
+
+    fn deref(&self) -> &Limiter {
+        match self {
+            Held::Boxed { limiter, .. } => limiter,
+            Held::Unpacked { limiter, .. } => limiter,
+        }
+    }
+}
+
+impl DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Limiter {
+        match self {
+            Held::Boxed { limiter, .. } => limiter,
+            Held::Unpacked { limiter, .. } => limiter,
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        match self {
+            Held::Unpacked {
+                key,
+                compact,
+                limiter,
+                rule,
+            } => {
+                if let Some(tat) = packable_tat(limiter) {
+                    // The common case: same rule, new TAT, written in place.
+                    if limiter.rule() == rule {
+                        compact.set_tat(tat);
+                        return;
+                    }
+                    if let Some(new_rule) = rules::intern(*limiter.rule()) {
+                        compact.rule = new_rule;
+                        compact.set_tat(tat);
+                        return;
+                    }
+                }
+                let limiter = mem::replace(limiter, Limiter::new(Algo::Gcra, *rule));
+                replace(*key, Box::into_raw(Box::new(limiter)).cast());
+            }
+            // A boxed gcra limiter whose last reservation went packs now.
+            Held::Boxed { key, limiter } => {
+                if let Some(compact) = Compact::pack(limiter) {
+                    let new = Box::into_raw(Box::new(compact)).map_addr(|a| a | COMPACT);
+                    replace(*key, new.cast());
+                }
+            }
+        }
+    }
+}
+
+/// Makes `new` the value of `key` and frees the old one, keeping the key's expiry. Nothing may
+/// use the old value afterwards.
+fn replace(key: *mut raw::RedisModuleKey, new: *mut c_void) {
+    let mut old = std::ptr::null_mut();
+    // SAFETY: `key` is open for writing and holds a value of our type (it was just read);
+    // `new` comes from `into_raw`'s two forms, and the old pointer, handed back, is ours.
+    unsafe {
+        let ours = *LIMITER_TYPE.raw_type.borrow();
+        let replaced = raw::RedisModule_ModuleTypeReplaceValue
+            .is_some_and(|f| f(key, ours, new, &mut old) == raw::REDISMODULE_OK as i32);
+        if replaced {
+            free_raw(old);
+        } else {
+            // Not expected on any supported server; the new value must not leak.
+            free_raw(new);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::limiter::Wide;
+
+    fn rule(limit: u64, burst: u64) -> Rule {
+        Rule::new(Algo::Gcra, limit, 1_000_000, Some(burst)).unwrap()
+    }
+
+    const NOW: u64 = 1_764_000_000_000_000;
+
+    /// Round-trips through the raw pointer, and tells whether it was packed.
+    fn through_raw(l: &Limiter) -> (Limiter, bool) {
+        let raw = into_raw(l.clone());
+        // SAFETY: just created, freed below.
+        unsafe {
+            let v = from_raw(raw);
+            let out = (
+                v.with(Clone::clone).unwrap(),
+                matches!(v, Value::Compact(_)),
+            );
+            let full = mem::size_of::<Limiter>() + l.heap_bytes();
+            assert_eq!(v.bytes(), if out.1 { 16 } else { full });
+            let copy = v.copy_raw();
+            assert_eq!(from_raw(copy).with(Clone::clone).unwrap(), out.0);
+            assert_eq!(free_raw(copy), l.algo());
+            assert_eq!(free_raw(raw), l.algo());
+            out
+        }
+    }
+
+    #[test]
+    fn only_gcra_keys_without_reservations_pack_and_all_round_trip() {
+        let r = rule(1_000_000, 1_000_000);
+        let mut gcra = Limiter::new(Algo::Gcra, r);
+        gcra.admit(Algo::Gcra, r, 7, NOW, false).unwrap();
+        assert_eq!(through_raw(&gcra), (gcra.clone(), true));
+        let mut bucket = Limiter::new(Algo::Bucket, r);
+        bucket.admit(Algo::Bucket, r, 7, NOW, false).unwrap();
+        assert_eq!(through_raw(&bucket), (bucket.clone(), false));
+        let mut reserved = gcra.clone();
+        reserved
+            .reserve(Algo::Gcra, r, 1, b"id", 60_000_000, NOW, false)
+            .unwrap();
+        assert_eq!(through_raw(&reserved), (reserved.clone(), false));
+    }
+
+    #[test]
+    fn a_tat_beyond_96_bits_stays_boxed() {
+        let r = rule(1_000_000_000_000_000, 1_000_000_000_000_000);
+        let big = Limiter::from_parts(
+            r,
+            State::Gcra {
+                tat: Wide::new(1 << 100),
+            },
+        )
+        .unwrap();
+        assert_eq!(through_raw(&big), (big.clone(), false));
+        let edge = Limiter::gcra_at(r, (1 << 96) - 1);
+        assert_eq!(through_raw(&edge), (edge.clone(), true));
+    }
+}

@@ -1,0 +1,150 @@
+//! The two shapes of a key's value: a gcra key without reservations is a 16-byte compact value
+//! naming an interned rule, anything else a boxed limiter. A key moves between them as commands
+//! change it; whatever the shape, replies, persistence and replication are those of one value.
+
+mod common;
+use common::*;
+
+fn usage(c: &mut Connection, key: &str) -> i64 {
+    cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query(c)
+        .expect("memory usage")
+}
+
+fn settle(c: &mut Connection, key: &str, id: &str, actual: u64) {
+    let _: Value = cmd("RL.SETTLE")
+        .arg(key)
+        .arg(id)
+        .arg(actual)
+        .query(c)
+        .expect("settle");
+}
+
+#[test]
+fn a_gcra_key_is_48_bytes_smaller_than_a_boxed_one() {
+    let server = Server::start();
+    let mut c = server.conn();
+    admit(&mut c, "g 10 1h");
+    admit(&mut c, "b 10 1h ALGO bucket");
+    // Same key length, same expiry: only the value differs (16 bytes against 64).
+    assert_eq!(usage(&mut c, "b") - usage(&mut c, "g"), 48);
+    // Reservations need the boxed limiter.
+    admit(&mut c, "g 10 1h RESERVE r1");
+    assert!(usage(&mut c, "g") > usage(&mut c, "b"));
+}
+
+/// One key through every shape change, against a key that stays boxed all along (bucket keys
+/// are never compact) for the arithmetic, a replica for the digest, and DEBUG RELOAD.
+#[test]
+fn a_key_changing_shape_keeps_its_state_everywhere() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&primary);
+    let mut c = primary.conn();
+    let mut r = replica.conn();
+    let steps = [
+        "k 10 1h BURST 20 COST 3",             // new: compact
+        "k 10 1h BURST 20 COST 2",             // same rule: TAT in place
+        "k 30 1h BURST 20 COST 2",             // another rule: re-interned
+        "k 30 1h BURST 20 COST 1 ALGO bucket", // bucket: boxed
+        "k 30 1h BURST 20 COST 1",             // gcra again: packed on the next write
+        "k 30 1h BURST 20 COST 1",
+        "k 30 1h BURST 20 COST 4 RESERVE a", // a reservation: boxed
+        "k 30 1h BURST 20 COST 1",
+    ];
+    let (mut remaining, mut sizes) = (Vec::new(), Vec::new());
+    for step in steps {
+        remaining.push(admit(&mut c, step)[1]);
+        sizes.push(usage(&mut c, "k"));
+        wait_for_sync(&primary, &replica);
+        assert_eq!(digest(&mut c, b"k"), digest(&mut r, b"k"), "after {step}");
+    }
+    let compact = sizes[0];
+    assert_eq!(sizes[..6], [compact, compact, compact, compact + 48, compact, compact]);
+    assert!(sizes[6] > compact + 48 && sizes[7] == sizes[6], "{sizes:?}");
+    settle(&mut c, "k", "a", 4);
+    remaining.push(admit(&mut c, "k 30 1h BURST 20 COST 1")[1]);
+    assert_eq!(remaining, [17, 15, 13, 12, 11, 10, 6, 5, 4]);
+    wait_for_sync(&primary, &replica);
+    let before = digest(&mut c, b"k");
+    assert_eq!(before, digest(&mut r, b"k"));
+    let _: () = cmd("DEBUG").arg("RELOAD").query(&mut c).expect("reload");
+    assert_eq!(digest(&mut c, b"k"), before);
+}
+
+#[test]
+fn copies_and_many_rules_stay_apart() {
+    let server = Server::start();
+    let mut c = server.conn();
+    admit(&mut c, "src 10 1h COST 4");
+    let _: i64 = cmd("COPY").arg("src").arg("dst").query(&mut c).unwrap();
+    assert_eq!(admit(&mut c, "dst 10 1h COST 1")[1], 5);
+    assert_eq!(admit(&mut c, "src 10 1h")[1], 5);
+    assert_eq!(admit(&mut c, "src 10 1h")[1], 4);
+    // 3,000 keys with 3,000 rules, rewritten with others, then read back: each key keeps its
+    // own rule however ids are reused.
+    for round in 0..3u64 {
+        let mut pipe = redis::pipe();
+        for i in 0..3000u64 {
+            pipe.cmd("RL.ADMIT")
+                .arg(format!("many:{i}"))
+                .arg(1000 + i * 7 + round)
+                .arg("1h")
+                .ignore();
+        }
+        if round == 1 {
+            pipe.cmd("FLUSHALL").arg("ASYNC").ignore();
+        }
+        let _: () = pipe.query(&mut c).unwrap();
+    }
+    for i in (0..3000u64).step_by(97) {
+        let info: Vec<Value> = cmd("RL.INFO")
+            .arg(format!("many:{i}"))
+            .query(&mut c)
+            .unwrap();
+        let limit = info
+            .chunks(2)
+            .find(|kv| kv[0] == Value::BulkString(b"limit".to_vec()))
+            .map(|kv| kv[1].clone());
+        assert_eq!(
+            limit,
+            Some(Value::Int((1000 + i * 7 + 2) as i64)),
+            "many:{i}"
+        );
+    }
+}
+
+#[test]
+fn lazily_freed_keys_release_their_rules_while_the_server_writes_and_saves() {
+    let server = Server::start_with(&["--lazyfree-lazy-user-flush", "yes"]);
+    let mut c = server.conn();
+    for round in 0..5u64 {
+        let mut pipe = redis::pipe();
+        for i in 0..20_000u64 {
+            pipe.cmd("RL.ADMIT")
+                .arg(format!("lf:{i}"))
+                .arg(10 + i % 50 + round)
+                .arg("1h")
+                .ignore();
+        }
+        pipe.cmd("BGSAVE").arg("SCHEDULE").ignore();
+        pipe.cmd("FLUSHALL").ignore(); // asynchronous, by the configuration above
+        let _: () = pipe.query(&mut c).unwrap();
+    }
+    for i in 0..100u64 {
+        admit(&mut c, &format!("after:{i} {} 1h", 10 + i % 50));
+    }
+    let before: Vec<String> = (0..100)
+        .map(|i| digest(&mut c, format!("after:{i}").as_bytes()))
+        .collect();
+    let _: () = cmd("DEBUG").arg("RELOAD").query(&mut c).expect("reload");
+    let after: Vec<String> = (0..100)
+        .map(|i| digest(&mut c, format!("after:{i}").as_bytes()))
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(admit(&mut c, "after:0 10 1h")[1], 8);
+}

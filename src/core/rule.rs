@@ -144,7 +144,9 @@ impl Rule {
             period_us,
             burst,
         };
-        if rule.refill_us(burst) > u128::from(MAX_PERIOD_US) {
+        // refill_us(burst) > MAX_PERIOD_US without the division: ceil(a / b) > m iff a > m * b.
+        if u128::from(burst) * u128::from(period_us) > u128::from(MAX_PERIOD_US) * u128::from(limit)
+        {
             return Err(Error::RefillTooLong);
         }
         Ok(rule)
@@ -241,6 +243,39 @@ mod tests {
         assert_eq!(e, Error::RefillTooLong);
         // The largest accepted values together stay within the refill bound.
         assert!(Rule::new(Algo::Gcra, MAX_COUNT, MAX_PERIOD_US, Some(MAX_COUNT)).is_ok());
+    }
+
+    proptest::proptest! {
+        /// The refill bound, checked by multiplication, is the documented one: the time to
+        /// refill the burst, rounded up, is at most the largest period.
+        #[test]
+        fn refill_bound_is_exact(
+            limit in 1..=MAX_COUNT,
+            period_us in 1_000..=MAX_PERIOD_US,
+            burst in 1..=MAX_COUNT,
+            scale in 0u32..50,
+        ) {
+            // Shrink one side at random so that both outcomes occur often.
+            let limit = (limit >> scale).max(1);
+            let r = Rule::new(Algo::Gcra, limit, period_us, Some(burst));
+            let refill = ceil_div(u128::from(burst) * u128::from(period_us), u128::from(limit));
+            proptest::prop_assert_eq!(r.is_ok(), refill <= u128::from(MAX_PERIOD_US));
+        }
+    }
+
+    #[test]
+    fn refill_bound_at_its_edge() {
+        // 1 per 3650 days with a burst of 1 refills in exactly the largest period.
+        assert!(Rule::new(Algo::Gcra, 1, MAX_PERIOD_US, Some(1)).is_ok());
+        // 2 per 3650 days, burst 3: 1.5 periods.
+        assert_eq!(
+            Rule::new(Algo::Gcra, 2, MAX_PERIOD_US, Some(3)),
+            Err(Error::RefillTooLong)
+        );
+        // 3 per 1000 ms, burst such that the refill lands just on, then just past, the bound.
+        let on = MAX_PERIOD_US / 1000 * 3;
+        assert!(Rule::new(Algo::Gcra, 3, 1000, Some(on)).is_ok());
+        assert!(Rule::new(Algo::Gcra, 3, 1000, Some(on + 1)).is_err());
     }
 
     #[test]

@@ -64,7 +64,10 @@ fn a_key_changing_shape_keeps_its_state_everywhere() {
         assert_eq!(digest(&mut c, b"k"), digest(&mut r, b"k"), "after {step}");
     }
     let compact = sizes[0];
-    assert_eq!(sizes[..6], [compact, compact, compact, compact + 48, compact, compact]);
+    assert_eq!(
+        sizes[..6],
+        [compact, compact, compact, compact + 48, compact, compact]
+    );
     assert!(sizes[6] > compact + 48 && sizes[7] == sizes[6], "{sizes:?}");
     settle(&mut c, "k", "a", 4);
     remaining.push(admit(&mut c, "k 30 1h BURST 20 COST 1")[1]);

@@ -1,4 +1,5 @@
-//! The `INFO rl` section: calls, admissions and refusals per command, live keys per algorithm.
+//! The `INFO rl` section: calls, admissions and refusals per command, live keys per algorithm,
+//! and whether effects are built for replicas.
 
 use redis_module::raw;
 
@@ -18,4 +19,6 @@ pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_r
         let n = stats::key_count(algo);
         raw::add_info_field_long_long(ctx, &format!("keys_{}", algo.name()), n);
     }
+    let receivers = i64::from(crate::propagation::receivers());
+    raw::add_info_field_long_long(ctx, "replication_receivers", receivers);
 }

@@ -1,7 +1,8 @@
 //! redis-rl: native rate-limiting and admission-control commands for Redis.
 //!
 //! `core` is the pure arithmetic; `state` the native type and its encoding; `commands` the glue
-//! that parses, calls the core, writes, replicates (`replicate`) and replies.
+//! that parses, calls the core, writes, replicates (`replicate`, skipped when `propagation` sees
+//! that nothing can receive it) and replies.
 
 // A panic aborts Redis with every user's data: outside tests, nothing may unwrap, index or panic.
 #![cfg_attr(
@@ -24,6 +25,7 @@ pub mod core;
 #[cfg(test)]
 mod fuzz;
 pub mod info;
+pub mod propagation;
 pub mod replicate;
 pub mod state;
 pub mod stats;
@@ -45,6 +47,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         }
         raw::register_info_function(ctx.ctx, Some(info::section));
     }
+    // Effects are built only while something can receive them.
+    propagation::init(ctx.ctx);
     match commands::register(ctx.ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {

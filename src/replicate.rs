@@ -4,16 +4,23 @@
 //! primary wrote (and the absolute expiry it set) makes every replica byte-identical however late
 //! it applies the stream. Commands that change nothing call nothing here, so they propagate
 //! nothing.
+//!
+//! Every function but [`verbatim`] first asks [`propagation::wanted`]: when Redis would drop the
+//! command (no AOF, no replica, no backlog), it is not built, and only the change is counted.
 
 use redis_module::raw;
 use smallvec::SmallVec;
 
 use crate::core::limiter::Limiter;
+use crate::propagation;
 use crate::state::{codec, SETSTATE};
 
 /// Propagates `RL.SETSTATE key <payload>` for the limiter just written. The expiry is not sent:
 /// it is a function of the state (the instant it is full again), which the receiver derives.
 pub fn state(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, limiter: &Limiter) {
+    if skipped(ctx) {
+        return;
+    }
     let encoded = codec::encode(limiter);
     let bytes = encoded.as_bytes();
     // SAFETY: "sb" matches the arguments: a Redis string, then a buffer and its length.
@@ -35,6 +42,9 @@ pub fn state(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, li
 /// command (one lookup, one entry in the stream, no MULTI/EXEC wrapper).
 pub fn states(ctx: *mut raw::RedisModuleCtx, states: &[(*mut raw::RedisModuleString, &[u8])]) {
     if states.is_empty() {
+        return;
+    }
+    if skipped(ctx) {
         return;
     }
     // SAFETY: the strings created here are freed below, after Redis took its own references;
@@ -81,6 +91,9 @@ pub struct LeaseOp<'a> {
 
 /// Propagates `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`.
 pub fn lease(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, op: &LeaseOp<'_>) {
+    if skipped(ctx) {
+        return;
+    }
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     // SAFETY: "sllllbl" matches: a Redis string, four long longs, a buffer with its length and
     // a long long.
@@ -105,6 +118,9 @@ pub fn lease(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, op
 
 /// Propagates `DEL key` for a key this command deleted.
 pub fn deleted(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    if skipped(ctx) {
+        return;
+    }
     // SAFETY: "s" matches the one Redis string argument.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
@@ -113,7 +129,18 @@ pub fn deleted(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) 
     }
 }
 
+/// True when Redis would drop what the command propagates now: the change is then only counted.
+fn skipped(ctx: *mut raw::RedisModuleCtx) -> bool {
+    if propagation::wanted(ctx) {
+        return false;
+    }
+    propagation::count_change(ctx);
+    true
+}
+
 /// Replays the calling command as it is (for commands whose arguments already fix the result).
+/// Never skipped: it builds nothing, and on a replica `RL.SETSTATE` from the primary must still
+/// reach the AOF, which Redis alone decides on.
 pub fn verbatim(ctx: *mut raw::RedisModuleCtx) {
     raw::replicate_verbatim(ctx);
 }

@@ -72,16 +72,24 @@ impl Call<'_> {
         *self.batch.borrow_mut() = Some(Batch::new());
     }
 
-    /// Propagates the state of the key at argument `arg`, now or with the batch.
+    /// Propagates the state of the key at argument `arg`, now or with the batch. A state nobody
+    /// can receive is not encoded (see `propagation`); the batch then only counts a change.
     pub fn propagate_state(&self, arg: usize, limiter: &Limiter) {
         match self.batch.borrow_mut().as_mut() {
-            Some(batch) => batch.push((arg, codec::encode(limiter))),
+            Some(batch) if crate::propagation::wanted(self.ctx) => {
+                batch.push((arg, codec::encode(limiter)))
+            }
+            Some(_) => crate::propagation::skip_in_batch(),
             None => replicate::state(self.ctx, self.raw_arg(arg), limiter),
         }
     }
 
-    /// Propagates the gathered states as one `RL.SETSTATE k1 p1 k2 p2 ...`.
+    /// Propagates the gathered states as one `RL.SETSTATE k1 p1 k2 p2 ...`, or counts the one
+    /// change it would have counted when they were skipped.
     pub fn flush_batch(&self) {
+        if crate::propagation::take_batch_skipped() {
+            crate::propagation::count_change(self.ctx);
+        }
         if let Some(batch) = self.batch.borrow_mut().take() {
             let states: SmallVec<[_; 8]> = batch
                 .iter()

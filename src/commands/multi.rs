@@ -77,23 +77,29 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
     if !dry {
         call.start_batch();
     }
-    for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
-        let pos = req.key_positions.start + i;
-        let cost = cost_of.unwrap_or(r.cost);
-        let mut d = admit_key(call, key, pos, r.algo, r.rule, cost, now, dry)?;
-        if !allowed {
-            // Each rule's own verdict and wait, with what it holds now (the peek's remaining and
-            // reset), since nothing was spent.
-            let verdict = admit_key(call, key, pos, r.algo, r.rule, r.cost, now, true)?;
-            d = Decision {
-                allowed: verdict.allowed,
-                retry_after_us: verdict.retry_after_us,
-                ..d
-            };
+    let spent = (|| {
+        for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
+            let pos = req.key_positions.start + i;
+            let cost = cost_of.unwrap_or(r.cost);
+            let mut d = admit_key(call, key, pos, r.algo, r.rule, cost, now, dry)?;
+            if !allowed {
+                // Each rule's own verdict and wait, with what it holds now (the peek's remaining
+                // and reset), since nothing was spent.
+                let verdict = admit_key(call, key, pos, r.algo, r.rule, r.cost, now, true)?;
+                d = Decision {
+                    allowed: verdict.allowed,
+                    retry_after_us: verdict.retry_after_us,
+                    ..d
+                };
+            }
+            decisions.push(d);
         }
-        decisions.push(d);
-    }
+        Ok::<_, CmdError>(())
+    })();
+    // Whatever was written is propagated, even if a later rule failed (the dry pass makes
+    // that unreachable, but a replica must never miss a write the primary kept).
     call.flush_batch();
+    spent?;
     Ok((allowed, decisions, names(&req)))
 }
 

@@ -169,6 +169,11 @@ impl Server {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// True while the server process runs (a crash would end it).
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
@@ -294,4 +299,25 @@ pub fn digest(c: &mut Connection, key: &[u8]) -> String {
 
 pub fn pttl(c: &mut Connection, key: &[u8]) -> i64 {
     cmd("PTTL").arg(key).query(c).expect("pttl")
+}
+
+/// A field of an `INFO` section, as text (`None` when the server does not print it).
+pub fn info_field(c: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = cmd("INFO").arg(section).query(c).ok()?;
+    let prefix = format!("{field}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|v| v.trim().to_string())
+}
+
+/// Polls `ready` every 50 ms until it holds, panicking with `what` after `secs` seconds.
+pub fn wait_until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs} s: {what}"
+        );
+        sleep(Duration::from_millis(50));
+    }
 }

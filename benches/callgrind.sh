@@ -27,6 +27,9 @@
 #   TOP           inclusive cost centres listed per breakdown (default 30)
 #   CG_KEEP       a directory to copy the callgrind dumps to (for callgrind_annotate, kcachegrind)
 #   SKIP_BUILD=1  use the existing target/release/librl.so
+#   REPLICA=1     attach a replica (lib.sh; not under valgrind) before counting, so that every
+#                 write builds and sends its effect: the counts then include the primary's
+#                 effect building and its writes to the replication stream (not the replica's)
 #
 # What the numbers are: Ir (instructions executed in user space) per call, from
 # callgrind_annotate --inclusive=yes. Kernel work (read, write, epoll) is not counted.
@@ -175,6 +178,7 @@ echo "redis-benchmark -P 16 -c 1 -n $CG_N (5-key commands: $((CG_N / 8))); new k
 echo "$NEW_KEYSPACE, existing keys from $KEYS created beforehand. Ir per call (user-space instructions):"
 echo "request = the whole server per request (reading, parsing, the command, the reply, writing;"
 echo "not serverCron); command = inside the command's function (what usec_per_call times)."
+echo "$(server_mode)."
 echo
 echo "| command | Ir/request | vs INCR | Ir in command | vs INCR | compared (command) | compared (request) |"
 echo "|---|---:|---:|---:|---:|---|---|"

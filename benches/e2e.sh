@@ -16,9 +16,13 @@
 #   SKIP_BUILD=1  use the existing target/release/librl.so
 #   MODULE        load this librl.so instead of building one
 #   SKIP_MEMORY=1 skip the memory cases
+#   REPLICA=1     attach a replica first (lib.sh), so that every write builds and sends its
+#                 effect; the replica shares the 2 cores. The memory cases then include the
+#                 replication buffer's changes in used_memory: use SKIP_MEMORY=1 with it.
 #
-# One redis-server on a free 127.0.0.1 port with its own --dir under /tmp, killed at the end.
-# Nothing outside 127.0.0.0/8 is contacted. Progress goes to stderr, the tables to stdout.
+# One redis-server on a free 127.0.0.1 port with its own --dir under /tmp (with REPLICA=1, a
+# second one, its replica), killed at the end. Nothing outside 127.0.0.0/8 is contacted.
+# Progress goes to stderr, the tables to stdout.
 set -euo pipefail
 # shellcheck source=benches/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -303,6 +307,7 @@ echo "Redis $SERVER_VERSION, $(nproc) cores, $(date -u +%Y-%m-%d); $MODULE_USED;
 echo "redis-benchmark -P 16 -n $N (5-key commands: $((N / 8))) -c 50 -r $KEYS; median of $ROUNDS round(s)"
 echo "of usec_per_call (INFO commandstats: time inside the command only) and requests per second;"
 echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)."
+echo "$(server_mode)."
 echo
 echo "| command | usec_per_call | vs INCR | vs SET PX | compared | rps (median) | rounds (usec_per_call) |"
 echo "|---|---:|---:|---:|---|---:|---|"
@@ -374,6 +379,10 @@ if [[ -n $have_pairs ]]; then
 fi
 if [[ ${SKIP_MEMORY:-0} != 1 ]]; then
     echo
+    if [[ $REPLICA == 1 ]]; then
+        echo "With a replica attached, used_memory also holds the replication buffer: these deltas are less exact."
+        echo
+    fi
     echo "| idle key | keys | bytes per key (used_memory delta) | MEMORY USAGE of one key |"
     echo "|---|---:|---:|---:|"
     for entry in "${MEMS[@]}"; do
@@ -389,7 +398,11 @@ target() { # $1: text, $2: numerator bench, $3: denominator bench, $4: awk condi
     [[ -n $a && -n $b ]] || return 0
     echo "- $1: $(ratio "$a" "$b") -> $(verdict "$(awk -v a="$a" -v b="$b" 'BEGIN {print a/b}') $4")"
 }
-echo "Targets:"
+if [[ $REPLICA == 1 ]]; then
+    echo "The issue's ratios with a replica attached (the targets are judged on a lone server):"
+else
+    echo "Targets:"
+fi
 target "RL.ADMIT gcra <= 2.5x INCR (new key)" "RL.ADMIT gcra" INCR "<= 2.5"
 target "RL.ADMIT gcra <= 2.5x INCR (existing key)" "RL.ADMIT gcra, existing key" INCR "<= 2.5"
 target "Lua >= 5x RL.ADMIT gcra (new key)" "Lua GCRA" "RL.ADMIT gcra" ">= 5"

@@ -1,6 +1,7 @@
 # Shared by benches/e2e.sh and benches/callgrind.sh (sourced, not run): tools, the module build,
-# one redis-server on a free 127.0.0.1 port with its own --dir (killed on exit), the commands the
-# benchmarks time, the team-written Lua scripts and the RESP generator.
+# one redis-server on a free 127.0.0.1 port with its own --dir (killed on exit), with REPLICA=1 a
+# second one as its replica, the commands the benchmarks time, the team-written Lua scripts and
+# the RESP generator.
 #
 # Environment (all optional):
 #   REDIS_SERVER  redis-server binary (default /usr/bin/redis-server); redis-cli and
@@ -11,6 +12,14 @@
 #   MODULE        load this librl.so instead (no build): e.g. one built from a clean checkout,
 #                 since target/release/librl.so changes whenever someone builds the work tree
 #   MODULE_REV    the revision MODULE was built from, printed with the results
+#   REPLICA=1     attach a replica: a second redis-server (same binary, the same module copy, its
+#                 own free 127.0.0.1 port and --dir, --save '' --appendonly no, killed and
+#                 removed on exit like the first) that is made REPLICAOF the first; measuring
+#                 starts once it reports master_link_status:up and the primary's INFO rl says
+#                 rl_replication_receivers:1, so every write builds and sends its effect, as on
+#                 a production primary. Default (0): a lone server; measuring starts once
+#                 rl_replication_receivers reads 0 (the module's 1 s timer clears it after
+#                 load), so the commands skip their effects. The tables' header says which.
 # shellcheck shell=bash
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +28,8 @@ BIN_DIR=$(dirname "$REDIS_SERVER")
 REDIS_CLI=${REDIS_CLI:-$BIN_DIR/redis-cli}
 REDIS_BENCHMARK=${REDIS_BENCHMARK:-$BIN_DIR/redis-benchmark}
 KEYS=${KEYS:-100000}
+REPLICA=${REPLICA:-0}
+[[ $REPLICA == 0 || $REPLICA == 1 ]] || { echo "REPLICA must be 0 or 1, not '$REPLICA'" >&2; exit 1; }
 if [[ -n ${MODULE:-} ]]; then
     SKIP_BUILD=1
     MODULE=$(realpath "$MODULE")
@@ -64,12 +75,19 @@ port_is_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 DIR=
 SERVER_PID=
+REPLICA_DIR=
+REPLICA_PID=
+REPLICA_PORT=
 cleanup() {
-    if [[ -n $SERVER_PID ]]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    [[ -n $DIR ]] && rm -rf "$DIR"
+    local pid
+    for pid in "$REPLICA_PID" "$SERVER_PID"; do
+        if [[ -n $pid ]]; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    [[ -z $REPLICA_DIR ]] || rm -rf "$REPLICA_DIR"
+    [[ -z $DIR ]] || rm -rf "$DIR"
 }
 trap cleanup EXIT
 # set -e stops at the first failing command; say which, and whether the server is still there.
@@ -78,20 +96,32 @@ on_error() {
     [[ -n $SERVER_PID ]] && ! kill -0 "$SERVER_PID" 2>/dev/null && state="GONE (see $DIR/redis.log)"
     log "$(basename "$0"): failed at line $1 ($2); redis-server $state"
     [[ $state == alive ]] || tail -20 "$DIR/redis.log" "$DIR/stdout.log" >&2 2>/dev/null || true
+    if [[ -n $REPLICA_PID ]] && ! kill -0 "$REPLICA_PID" 2>/dev/null; then
+        log "the replica is GONE:"
+        tail -20 "$REPLICA_DIR/redis.log" "$REPLICA_DIR/stdout.log" >&2 2>/dev/null || true
+    fi
 }
 set -o errtrace
 trap 'on_error $LINENO "$BASH_COMMAND"' ERR
 trap 'exit 130' INT TERM
 
 cli() { "$REDIS_CLI" -h "$HOST" -p "$PORT" "$@"; }
+replica_cli() { "$REDIS_CLI" -h "$HOST" -p "$REPLICA_PORT" "$@"; }
+info_field() { # $1: cli or replica_cli, $2: INFO section, $3: field -> its value (empty if absent)
+    "$1" INFO "$2" | tr -d '\r' | awk -F: -v f="$3" '$1==f {print $2}'
+}
+free_port() { # -> a free port on $HOST other than the primary's (nothing when none was found)
+    local candidate
+    for candidate in $(shuf -i 20000-60000 -n 100); do
+        [[ $candidate != "${PORT:-}" ]] || continue
+        if port_is_free "$candidate"; then echo "$candidate"; return; fi
+    done
+}
 
 # shellcheck disable=SC2120 # called with or without a wrapper
 start_server() { # $@: a wrapper command (valgrind ...), or nothing
     PORT=
-    local candidate
-    for candidate in $(shuf -i 20000-60000 -n 100); do
-        if port_is_free "$candidate"; then PORT=$candidate; break; fi
-    done
+    PORT=$(free_port)
     [[ -n $PORT ]] || die "no free port found"
     [[ -n $DIR ]] || DIR=$(mktemp -d /tmp/rl-bench.XXXXXX)
     # A private copy: a rebuild of target/ during the run must not change what is measured.
@@ -114,6 +144,87 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
     cli MODULE LIST | grep -qx rl || die "module rl not loaded"
     SERVER_VERSION=$(cli INFO server | tr -d '\r' | awk -F: '$1=="redis_version"{print $2}')
     log "== redis-server $SERVER_VERSION on $HOST:$PORT (pid $SERVER_PID), dir $DIR"
+    if [[ $REPLICA == 1 ]]; then attach_replica; else wait_lone; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Who can receive the module's effects: REPLICA=1 attaches a replica, else the server stays
+# alone (src/propagation.rs: the module builds an effect only while rl_replication_receivers
+# is 1, or while the AOF is on, which it never is here).
+# ---------------------------------------------------------------------------------------------
+receivers() { info_field cli rl rl_replication_receivers; }
+RECEIVERS_START=
+# Default mode: the flag is 1 from load until the module's 1 s timer finds no replica and no
+# backlog; measure only after that (a module without the field, before ccd0cd7, is let through).
+wait_lone() {
+    local _
+    for _ in $(seq 300); do # 30 s (valgrind runs the timer late)
+        RECEIVERS_START=$(receivers)
+        [[ $RECEIVERS_START == 1 ]] || break
+        sleep 0.1
+    done
+    case $RECEIVERS_START in
+        0) log "== lone server: rl_replication_receivers 0 (effects skipped)" ;;
+        1) die "rl_replication_receivers still 1 after 30 s on a lone server" ;;
+        *) RECEIVERS_START=absent; log "== lone server: no rl_replication_receivers in INFO rl (a module before ccd0cd7)" ;;
+    esac
+}
+# Counts the replica's completed full syncs (its log), to tell whether it resynced during the run.
+replica_syncs() { grep -c 'MASTER <-> REPLICA sync: Finished with success' "$REPLICA_DIR/redis.log" || true; }
+REPLICA_SYNCS_START=
+# REPLICA=1: a second redis-server, REPLICAOF the first, in sync before anything is measured.
+attach_replica() {
+    REPLICA_PORT=$(free_port)
+    [[ -n $REPLICA_PORT ]] || die "no free port found for the replica"
+    REPLICA_DIR=$(mktemp -d /tmp/rl-bench-replica.XXXXXX)
+    cp "$DIR/librl.so" "$REPLICA_DIR/librl.so" # the very copy the primary loaded
+    "$REDIS_SERVER" --port "$REPLICA_PORT" --bind "$HOST" --dir "$REPLICA_DIR" --save '' \
+        --appendonly no --loadmodule "$REPLICA_DIR/librl.so" --logfile "$REPLICA_DIR/redis.log" \
+        --daemonize no >"$REPLICA_DIR/stdout.log" 2>&1 &
+    REPLICA_PID=$!
+    local _ link=
+    for _ in $(seq 100); do # 10 s
+        [[ $(replica_cli PING 2>/dev/null) == PONG ]] && break
+        kill -0 "$REPLICA_PID" 2>/dev/null ||
+            { cat "$REPLICA_DIR/redis.log" "$REPLICA_DIR/stdout.log" >&2; die "the replica exited"; }
+        sleep 0.1
+    done
+    [[ $(replica_cli PING 2>/dev/null) == PONG ]] || die "the replica did not answer on port $REPLICA_PORT"
+    replica_cli MODULE LIST | grep -qx rl || die "module rl not loaded on the replica"
+    [[ $(replica_cli REPLICAOF "$HOST" "$PORT") == OK ]] || die "REPLICAOF $HOST $PORT failed"
+    for _ in $(seq 1200); do # 120 s: a full sync (diskless, after repl-diskless-sync-delay)
+        link=$(info_field replica_cli replication master_link_status)
+        [[ $link == up ]] && break
+        kill -0 "$REPLICA_PID" 2>/dev/null || die "the replica exited during its sync"
+        sleep 0.1
+    done
+    [[ $link == up ]] || die "the replica's master_link_status is '$link' after 120 s"
+    RECEIVERS_START=$(receivers)
+    [[ $RECEIVERS_START == 1 || -z $RECEIVERS_START ]] ||
+        die "a replica is attached, but the primary's rl_replication_receivers is '$RECEIVERS_START'"
+    [[ -n $RECEIVERS_START ]] || RECEIVERS_START=absent
+    REPLICA_SYNCS_START=$(replica_syncs)
+    log "== replica on $HOST:$REPLICA_PORT (pid $REPLICA_PID), dir $REPLICA_DIR: master_link_status:up," \
+        "connected_slaves:$(info_field cli replication connected_slaves), rl_replication_receivers $RECEIVERS_START"
+}
+# For the tables' header, after the measurements: which mode, checked again at the end.
+server_mode() {
+    local now
+    now=$(receivers)
+    [[ -n $now ]] || now=absent
+    if [[ $REPLICA == 1 ]]; then
+        local link syncs note=
+        link=$(info_field replica_cli replication master_link_status)
+        syncs=$(replica_syncs)
+        [[ $link == up ]] || note+="; WARNING: master_link_status $link at the end"
+        [[ $syncs == "$REPLICA_SYNCS_START" ]] ||
+            note+="; WARNING: the replica resynced during the run ($REPLICA_SYNCS_START -> $syncs full syncs)"
+        echo "With a replica attached: a second redis-server on $HOST, REPLICAOF this one, master_link_status up before and after the measurements (primary's rl_replication_receivers $RECEIVERS_START at the start, $now at the end$note)"
+    else
+        local note=
+        [[ $now == "$RECEIVERS_START" ]] || note="; WARNING: it changed during the run"
+        echo "Lone server: no replica, no AOF (rl_replication_receivers $RECEIVERS_START at the start, $now at the end$note)"
+    fi
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 //! The `INFO rl` section: calls, admissions and refusals per command, live keys per algorithm,
-//! and whether effects are built for replicas.
+//! the rules keys share, and whether effects are built for replicas.
 
 use redis_module::raw;
 
@@ -8,7 +8,7 @@ use crate::stats;
 
 /// # Safety
 /// Called by Redis with a valid info context.
-pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: i32) {
     raw::add_info_section(ctx, None);
     for cmd in stats::COMMANDS {
         for (what, n) in cmd.snapshot() {
@@ -18,6 +18,11 @@ pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_r
     for algo in Algo::ALL {
         let n = stats::key_count(algo);
         raw::add_info_field_long_long(ctx, &format!("keys_{}", algo.name()), n);
+    }
+    // A crash report may come from inside the rule table's lock: it goes without the count.
+    if for_crash_report == 0 {
+        let rules = i64::try_from(crate::state::rules::count()).unwrap_or(i64::MAX);
+        raw::add_info_field_long_long(ctx, "rules", rules);
     }
     let receivers = i64::from(crate::propagation::receivers());
     raw::add_info_field_long_long(ctx, "replication_receivers", receivers);

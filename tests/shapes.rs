@@ -37,6 +37,26 @@ fn a_gcra_key_is_48_bytes_smaller_than_a_boxed_one() {
     assert!(usage(&mut c, "g") > usage(&mut c, "b"));
 }
 
+fn rules_in_use(c: &mut Connection) -> String {
+    let info: String = cmd("INFO").arg("rl").query(c).unwrap();
+    let line = info.lines().find(|l| l.starts_with("rl_rules:"));
+    line.unwrap_or_else(|| panic!("{info}")).to_string()
+}
+
+#[test]
+fn info_counts_the_rules_compact_keys_share() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for i in 0..50 {
+        admit(&mut c, &format!("tier1:{i} 10 1h"));
+        admit(&mut c, &format!("tier2:{i} 100 1h"));
+    }
+    admit(&mut c, "boxed 1000 1h ALGO bucket");
+    assert_eq!(rules_in_use(&mut c), "rl_rules:2");
+    let _: () = cmd("FLUSHALL").arg("SYNC").query(&mut c).unwrap();
+    assert_eq!(rules_in_use(&mut c), "rl_rules:0");
+}
+
 /// One key through every shape change, against a key that stays boxed all along (bucket keys
 /// are never compact) for the arithmetic, a replica for the digest, and DEBUG RELOAD.
 #[test]

@@ -204,20 +204,8 @@ fn setstate_refuses_payloads_that_do_not_decode() {
     );
 }
 
-/// A small deterministic generator, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a [u8]]) -> &'a [u8] {
-        items[(self.next() % items.len() as u64) as usize]
-    }
+fn pick<'a>(rng: &mut Rng, items: &[&'a [u8]]) -> &'a [u8] {
+    items[rng.below(items.len() as u64) as usize]
 }
 
 #[test]
@@ -277,7 +265,7 @@ fn random_argument_lists_never_crash_the_server() {
         };
         command.arg(key);
         for _ in 0..(rng.next() % 9) {
-            command.arg(rng.pick(words));
+            command.arg(pick(&mut rng, words));
         }
         let _ = command.query::<Value>(&mut c);
     }

@@ -15,17 +15,6 @@ use std::time::{Duration, Instant};
 const FAST_SYNC: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
 const NO_DIGEST: &str = "0000000000000000000000000000000000000000";
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// One command of the mix. Small limits per hour (a unit lasts minutes) and leases of a minute
 /// keep every key alive for minutes, so that none expires while the digests are compared;
 /// refusals are part of the mix.

@@ -4,17 +4,6 @@
 mod common;
 use common::*;
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 const ALGOS: [&str; 5] = ["gcra", "bucket", "window", "sliding", "log"];
 
 /// A rule's arguments (limit, period and options) for keys of family `slot % 3`, so that a key

@@ -321,3 +321,20 @@ pub fn wait_until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
         sleep(Duration::from_millis(50));
     }
 }
+
+/// A small deterministic xorshift generator, so that a failing random test reproduces.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

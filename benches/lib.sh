@@ -107,6 +107,19 @@ trap 'exit 130' INT TERM
 
 cli() { "$REDIS_CLI" -h "$HOST" -p "$PORT" "$@"; }
 replica_cli() { "$REDIS_CLI" -h "$HOST" -p "$REPLICA_PORT" "$@"; }
+
+# await_server <cli function> <pid> <dir> <name> <tenths of a second>: waits until the server
+# answers PING with the module loaded; stops the run (with its logs) if it exits or never answers.
+await_server() {
+    local client=$1 pid=$2 dir=$3 name=$4 tries=$5 _
+    for _ in $(seq "$tries"); do
+        [[ $("$client" PING 2>/dev/null) == PONG ]] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$dir/redis.log" "$dir/stdout.log" >&2; die "$name exited"; }
+        sleep 0.1
+    done
+    [[ $("$client" PING 2>/dev/null) == PONG ]] || die "$name did not answer"
+    "$client" MODULE LIST | grep -qx rl || die "module rl not loaded in $name"
+}
 info_field() { # $1: cli or replica_cli, $2: INFO section, $3: field -> its value (empty if absent)
     "$1" INFO "$2" | tr -d '\r' | awk -F: -v f="$3" '$1==f {print $2}'
 }
@@ -133,15 +146,7 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
         --loadmodule "$DIR/librl.so" --logfile "$DIR/redis.log" --daemonize no \
         ${SERVER_ARGS:-} >"$DIR/stdout.log" 2>&1 &
     SERVER_PID=$!
-    local _
-    for _ in $(seq 600); do # 60 s: valgrind starts slowly
-        [[ $(cli PING 2>/dev/null) == PONG ]] && break
-        kill -0 "$SERVER_PID" 2>/dev/null ||
-            { cat "$DIR/redis.log" "$DIR/stdout.log" >&2; die "redis-server exited"; }
-        sleep 0.1
-    done
-    [[ $(cli PING 2>/dev/null) == PONG ]] || die "redis-server did not answer on port $PORT"
-    cli MODULE LIST | grep -qx rl || die "module rl not loaded"
+    await_server cli "$SERVER_PID" "$DIR" redis-server 600 # 60 s: valgrind starts slowly
     SERVER_VERSION=$(cli INFO server | tr -d '\r' | awk -F: '$1=="redis_version"{print $2}')
     log "== redis-server $SERVER_VERSION on $HOST:$PORT (pid $SERVER_PID), dir $DIR"
     if [[ $REPLICA == 1 ]]; then attach_replica; else wait_lone; fi
@@ -182,15 +187,8 @@ attach_replica() {
         --appendonly no --loadmodule "$REPLICA_DIR/librl.so" --logfile "$REPLICA_DIR/redis.log" \
         --daemonize no >"$REPLICA_DIR/stdout.log" 2>&1 &
     REPLICA_PID=$!
+    await_server replica_cli "$REPLICA_PID" "$REPLICA_DIR" "the replica" 100 # 10 s
     local _ link=
-    for _ in $(seq 100); do # 10 s
-        [[ $(replica_cli PING 2>/dev/null) == PONG ]] && break
-        kill -0 "$REPLICA_PID" 2>/dev/null ||
-            { cat "$REPLICA_DIR/redis.log" "$REPLICA_DIR/stdout.log" >&2; die "the replica exited"; }
-        sleep 0.1
-    done
-    [[ $(replica_cli PING 2>/dev/null) == PONG ]] || die "the replica did not answer on port $REPLICA_PORT"
-    replica_cli MODULE LIST | grep -qx rl || die "module rl not loaded on the replica"
     [[ $(replica_cli REPLICAOF "$HOST" "$PORT") == OK ]] || die "REPLICAOF $HOST $PORT failed"
     for _ in $(seq 1200); do # 120 s: a full sync (diskless, after repl-diskless-sync-delay)
         link=$(info_field replica_cli replication master_link_status)

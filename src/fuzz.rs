@@ -66,7 +66,8 @@ proptest! {
 
     #[test]
     fn the_decoder_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
-        let _ = decode(&bytes);
+        let _ = decode(&bytes, None);
+        let _ = decode(&bytes, Some(1_764_000_000_000_000));
     }
 
     /// Damaged versions of real payloads: decoding either fails or yields a value that
@@ -82,7 +83,7 @@ proptest! {
         if let Some(b) = damaged.get_mut(at % payload.len().max(1)) {
             *b = byte;
         }
-        if let Ok(limiter) = decode(&damaged) {
+        if let Ok(limiter) = decode(&damaged, Some(1_764_000_000_000_000)) {
             let again = encode(&limiter);
             prop_assert_eq!(again.as_bytes(), &damaged[..]);
         }

@@ -17,6 +17,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         ("granted", int(g.granted)),
         ("remaining", int(g.remaining)),
         ("valid_ms", int(g.valid_us / 1000)),
+        ("retry_after_ms", int(g.retry_after_us.div_ceil(1000))),
     ]);
     Ok(())
 }

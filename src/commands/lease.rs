@@ -10,7 +10,7 @@ use crate::core::admit::parse_id;
 use crate::core::error::Error;
 use crate::core::limiter::Limiter;
 use crate::core::parse::parse_u64;
-use crate::core::rule::{Algo, Rule};
+use crate::core::rule::{Algo, Rule, MAX_CLOCK_SKEW_US};
 use crate::core::semaphore::{parse_acquire, parse_renew, Acquire};
 use crate::replicate;
 use crate::stats;
@@ -156,6 +156,11 @@ pub fn leaseset(call: &Call<'_>) -> Result<(), CmdError> {
     let rule = Rule::restore(Algo::Semaphore, capacity, lease, capacity)?;
     let (now, next_id) = (number(now, "now_us")?, number(next_id, "next_id")?);
     let (holder, expiry) = (parse_id(holder, "holder")?, number(expiry, "expiry_us")?);
+    if let Some(clock) = crate::clock::for_foreign_state(call.ctx) {
+        if now > clock.saturating_add(MAX_CLOCK_SKEW_US) {
+            return Err(Error::AheadOfClock("now_us").into());
+        }
+    }
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let existing = match key.limiter()? {
         Some(mut l) => {

@@ -225,7 +225,7 @@ const fn one_key(
 }
 
 pub static COMMANDS: [Command; 11] = [
-    one_key(c"RL.LEASESET", leaseset_callback, c"write"),
+    one_key(c"RL.LEASESET", leaseset_callback, c"write deny-oom"),
     one_key(c"RL.GRANT", grant_callback, c"write deny-oom fast"),
     one_key(c"RL.ACQUIRE", acquire_callback, c"write deny-oom fast"),
     // Releasing frees memory: it must work when Redis is out of it.

@@ -66,33 +66,19 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
         )?);
     }
     let allowed = decisions.iter().all(|d: &Decision| d.allowed);
-    // Admitted: spend every rule for real. Refused: nothing is spent, so each rule reports what
-    // it holds now (a cost-0 peek), not what it would have held after spending.
-    let (cost_of, dry) = match (allowed, req.dry_run) {
-        (true, false) => (None, false),
-        (true, true) => return Ok((allowed, decisions, names(&req))),
-        (false, _) => (Some(0), true),
-    };
-    decisions.clear();
-    if !dry {
-        call.start_batch();
+    // Refused (or a dry run): nothing is spent, and each rule reports what `RL.ADMIT ... DRYRUN`
+    // would reply for it, which is what the first pass computed.
+    if !allowed || req.dry_run {
+        return Ok((allowed, decisions, names(&req)));
     }
+    decisions.clear();
+    call.start_batch();
     let spent = (|| {
         for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
             let pos = req.key_positions.start + i;
-            let cost = cost_of.unwrap_or(r.cost);
-            let mut d = admit_key(call, key, pos, r.algo, r.rule, cost, now, dry)?;
-            if !allowed {
-                // Each rule's own verdict and wait, with what it holds now (the peek's remaining
-                // and reset), since nothing was spent.
-                let verdict = admit_key(call, key, pos, r.algo, r.rule, r.cost, now, true)?;
-                d = Decision {
-                    allowed: verdict.allowed,
-                    retry_after_us: verdict.retry_after_us,
-                    ..d
-                };
-            }
-            decisions.push(d);
+            decisions.push(admit_key(
+                call, key, pos, r.algo, r.rule, r.cost, now, false,
+            )?);
         }
         Ok::<_, CmdError>(())
     })();

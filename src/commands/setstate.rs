@@ -17,8 +17,12 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     }
     // Every payload is checked before any key changes: all or nothing.
     let mut limiters = Vec::with_capacity(pairs.len() / 2);
+    let clock = crate::clock::for_foreign_state(call.ctx);
     for pair in pairs.chunks_exact(2) {
-        limiters.push(codec::decode(pair.get(1).copied().unwrap_or_default())?);
+        limiters.push(codec::decode(
+            pair.get(1).copied().unwrap_or_default(),
+            clock,
+        )?);
     }
     for (i, limiter) in limiters.into_iter().enumerate() {
         let expire_at_ms = limiter.expire_at_ms();

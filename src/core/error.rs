@@ -62,6 +62,12 @@ pub enum Error {
     TooManyReservations,
     /// A holder or reservation id that is empty or too long.
     BadId(&'static str),
+    /// A time argument further ahead of the server's clock than the tolerated skew.
+    AheadOfClock(&'static str),
+    /// `RL.LEASESET` with an expiry no lease taken at its `now_us` could have.
+    BadLease,
+    /// `RL.LEASESET` would give the key more leases than the largest capacity.
+    TooManyLeases,
     /// A state payload (replication, AOF, RESTORE) that does not decode.
     BadPayload(&'static str),
 }
@@ -123,6 +129,19 @@ impl fmt::Display for Error {
                 "ERR the key keeps 10000 reservations already: settle them or let them expire"
             ),
             Error::BadId(what) => write!(f, "ERR {what} must be 1 to 256 bytes"),
+            Error::AheadOfClock(arg) => write!(
+                f,
+                "ERR {arg} is more than {} ahead of the server's clock",
+                super::rule::MAX_CLOCK_SKEW_TEXT
+            ),
+            Error::BadLease => write!(
+                f,
+                "ERR expiry_us must be 0 or after now_us by at most 3650d"
+            ),
+            Error::TooManyLeases => write!(
+                f,
+                "ERR the key keeps 100000 leases already (the largest capacity)"
+            ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
         }
     }

@@ -3,11 +3,14 @@
 //! This is the value a key holds. Every algorithm's state is a variant of [`State`], so one Redis
 //! type carries all of them and one codec persists them.
 
+use super::admit::MAX_KEEP_US;
 use super::error::Error;
 use super::log::Log;
 use super::rate::{self, Decision};
 use super::reserve::{Reservation, Reservations, Settlement};
-use super::rule::{Algo, Family, Rule};
+use super::rule::{
+    Algo, Family, Rule, MAX_CLOCK_SKEW_US, MAX_COUNT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
+};
 use super::semaphore::{Acquire, Semaphore};
 use super::window::{window_start, Fixed, Sliding};
 
@@ -59,6 +62,8 @@ pub struct Grant {
     pub granted: u64,
     pub remaining: u64,
     pub valid_us: u64,
+    /// 0 when something was granted; otherwise when one unit will be available.
+    pub retry_after_us: u64,
 }
 
 impl Limiter {
@@ -94,39 +99,104 @@ impl Limiter {
         }
     }
 
-    /// Rebuilds a limiter from decoded parts, refusing states no command could have produced.
+    /// Rebuilds a limiter from decoded parts, refusing states no command could have produced
+    /// whatever its clock did (the bounds that need no clock; see [`Limiter::check_times`]).
     pub fn from_parts(rule: Rule, state: State) -> Result<Limiter, Error> {
         let cap = rate::capacity(&rule);
-        match &state {
-            State::Gcra { tat } if tat.get() < 0 => return Err(Error::BadPayload("negative TAT")),
-            State::Gcra { tat } => {
-                // now * limit + twice the capacity (a full debt) bounds any TAT we write.
-                let bound = i128::from(i64::MAX) * i128::from(rule.limit()) + 2 * cap;
-                if tat.get() > bound {
-                    return Err(Error::BadPayload("TAT out of range"));
-                }
+        let refused = match &state {
+            State::Gcra { tat } if tat.get() < 0 => Some("gcra TAT is negative"),
+            // now * limit + twice the capacity (a full debt) bounds any TAT we write.
+            State::Gcra { tat }
+                if tat.get() > i128::from(i64::MAX) * i128::from(rule.limit()) + 2 * cap =>
+            {
+                Some("gcra TAT is out of range")
             }
             State::Bucket { level, .. } if level.get() > cap || level.get() < -cap => {
-                return Err(Error::BadPayload("bucket level out of range"))
+                Some("bucket level is beyond the capacity or the debt floor")
             }
-            State::Bucket { .. } => {}
             State::Window(w) if w.start_us != window_start(w.start_us, rule.period_us()) => {
-                return Err(Error::BadPayload("window start not aligned to the period"))
+                Some("window start is not aligned to the period")
             }
+            // An admission leaves at most `limit` in the window, under the rule it stores.
+            State::Window(w) if w.count > rule.limit() => Some("window count is above the limit"),
             State::Sliding(s) if s.start_us != window_start(s.start_us, rule.period_us()) => {
-                return Err(Error::BadPayload("window start not aligned to the period"))
+                Some("sliding window start is not aligned to the period")
             }
-            State::Window(_) | State::Sliding(_) => {}
-            State::Log(log) if log.total() > rule.limit() => {
-                return Err(Error::BadPayload("log holds more than its limit"))
+            State::Sliding(s) if s.current > rule.limit() => {
+                Some("sliding current count is above the limit")
             }
-            State::Log(_) | State::Semaphore(_) => {}
+            // The previous window was counted under an earlier rule: any limit there was.
+            State::Sliding(s) if s.previous > MAX_COUNT => {
+                Some("sliding previous count is above the largest limit")
+            }
+            State::Log(log) if log.total() > rule.limit() => Some("log holds more than its limit"),
+            State::Semaphore(s) if s.len() > MAX_SEMAPHORE_CAPACITY as usize => {
+                Some("semaphore holds more leases than the largest capacity")
+            }
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(Error::BadPayload(why));
         }
         Ok(Limiter {
             rule,
             state,
             reservations: None,
         })
+    }
+
+    /// Refuses a state that counted further ahead of `now_us` (this server's clock) than the
+    /// tolerated skew allows: a TAT, a window or a lease no command on a clock within
+    /// [`MAX_CLOCK_SKEW_US`] of this one could have written. Applied to states that come from
+    /// elsewhere (`RESTORE`, a client's `RL.SETSTATE`), not to what this server or its primary
+    /// wrote, which loads whatever the clock did meanwhile.
+    pub fn check_times(&self, now_us: u64) -> Result<(), Error> {
+        let horizon = now_us.saturating_add(MAX_CLOCK_SKEW_US);
+        let refused = match &self.state {
+            State::Gcra { tat } => {
+                let bound = i128::from(horizon) * i128::from(self.rule.limit())
+                    + 2 * rate::capacity(&self.rule);
+                (tat.get() > bound).then_some("gcra TAT is ahead of the server's clock")
+            }
+            State::Semaphore(s) => (s.full_at_us() > horizon.saturating_add(MAX_PERIOD_US))
+                .then_some("lease expiry is ahead of the server's clock"),
+            _ => {
+                (self.time_floor() > horizon).then_some("state time is ahead of the server's clock")
+            }
+        };
+        let reservations = self.reservations.as_deref();
+        let refused = refused.or_else(|| {
+            reservations.and_then(|r| {
+                r.entries()
+                    .any(|(_, r)| {
+                        r.expires_us > horizon.saturating_add(MAX_KEEP_US)
+                            || r.reset_after_us > MAX_PERIOD_US + MAX_CLOCK_SKEW_US
+                    })
+                    .then_some("reservation time is ahead of the server's clock")
+            })
+        });
+        match refused {
+            Some(why) => Err(Error::BadPayload(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// The latest instant this state counted at (for gcra, the earliest a TAT can have been
+    /// written, which is at most a full debt and a full capacity ahead; 0 for semaphores, whose
+    /// times are deadlines). A clock that stepped back before it reads as this instant: the
+    /// key's own time line, on which nothing is minted and a debt is never forgiven.
+    fn time_floor(&self) -> u64 {
+        match &self.state {
+            State::Gcra { tat } => {
+                let written = tat.get() - 2 * rate::capacity(&self.rule);
+                rate::ticks_to_us(&self.rule, written)
+            }
+            State::Bucket { updated_us, .. } => *updated_us,
+            State::Window(w) => w.start_us,
+            State::Sliding(s) => s.start_us,
+            State::Log(log) => log.newest_us(),
+            State::Semaphore(_) => 0,
+        }
     }
 
     /// Attaches decoded reservations (only gcra and bucket keys take them).
@@ -136,6 +206,17 @@ impl Limiter {
         }
         if self.algo().family() != Family::Rate {
             return Err(Error::BadPayload("reservations on a key that takes none"));
+        }
+        // Counts as some admission and settlement replied them, under any rule there was.
+        let sane = |r: &Reservation| {
+            (1..=MAX_COUNT).contains(&r.estimate)
+                && r.remaining <= MAX_COUNT
+                && r.settled.is_none_or(|s| {
+                    s.remaining <= MAX_COUNT && s.delta.unsigned_abs() <= 2 * MAX_COUNT
+                })
+        };
+        if !r.entries().all(|(_, r)| sane(r)) {
+            return Err(Error::BadPayload("reservation count out of range"));
         }
         self.reservations = Some(Box::new(r));
         Ok(self)
@@ -186,7 +267,31 @@ impl Limiter {
 
     /// Decides `cost` units under `rule` at `now_us`. When admitted and not `dry`, the state
     /// moves to `algo` and `rule` and is spent; otherwise nothing changes.
+    ///
+    /// A clock behind the key's own time line (it stepped back) decides at the key's time, and
+    /// the waits replied count from the real clock: waiting `retry_after` is always enough.
     pub fn admit(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<Decision, Error> {
+        let at = now_us.max(self.time_floor());
+        let mut d = self.decide_at(algo, rule, cost, at, dry)?;
+        let behind = at - now_us;
+        if behind > 0 {
+            for wait in [&mut d.retry_after_us, &mut d.reset_after_us] {
+                if *wait > 0 {
+                    *wait = wait.saturating_add(behind);
+                }
+            }
+        }
+        Ok(d)
+    }
+
+    fn decide_at(
         &mut self,
         algo: Algo,
         rule: Rule,
@@ -342,9 +447,11 @@ impl Limiter {
             return Err(Error::ReserveNeedsRate);
         }
         if let Some(r) = self.reservations.as_ref().and_then(|rs| rs.get(id, now_us)) {
+            // The original reply, but never more than the key's capacity now (a later call
+            // may have lowered BURST).
             let original = Decision {
                 allowed: true,
-                remaining: r.remaining,
+                remaining: r.remaining.min(self.rule.burst()),
                 retry_after_us: 0,
                 reset_after_us: r.reset_after_us,
                 limit: self.rule.burst(),
@@ -415,14 +522,17 @@ impl Limiter {
     ) -> Result<Grant, Error> {
         let available = self.admit(algo, rule, 0, now_us, true)?.remaining;
         let granted = available.min(want);
-        let remaining = if granted > 0 {
-            self.admit(algo, rule, granted, now_us, false)?.remaining
+        let (remaining, retry_after_us) = if granted > 0 {
+            (self.admit(algo, rule, granted, now_us, false)?.remaining, 0)
         } else {
-            available
+            let one = self.admit(algo, rule, 1, now_us, true)?;
+            (available, one.retry_after_us)
         };
         let valid_us = match algo {
             Algo::Window => {
-                let end = window_start(now_us, rule.period_us()).saturating_add(rule.period_us());
+                // The window the grant was counted in, on the key's own time line.
+                let at = now_us.max(self.time_floor());
+                let end = window_start(at, rule.period_us()).saturating_add(rule.period_us());
                 ttl_us.min(end.saturating_sub(now_us))
             }
             _ => ttl_us,
@@ -431,6 +541,7 @@ impl Limiter {
             granted,
             remaining,
             valid_us,
+            retry_after_us,
         })
     }
 
@@ -516,7 +627,8 @@ impl Limiter {
         now_us: u64,
         next_id: u64,
     ) -> Result<(), Error> {
-        self.semaphore()?.apply(holder, expiry_us, now_us, next_id);
+        self.semaphore()?
+            .apply(holder, expiry_us, now_us, next_id)?;
         self.rule = rule;
         Ok(())
     }
@@ -647,6 +759,148 @@ mod tests {
             level: Wide::new(-cap),
         };
         assert!(Limiter::from_parts(r, debt).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod hints {
+    use super::*;
+    use crate::core::rule::MAX_CLOCK_SKEW_US;
+    use proptest::prelude::*;
+
+    const S: u64 = 1_000_000;
+    const T0: u64 = 1_764_000_000 * S;
+
+    #[test]
+    fn a_window_ahead_of_a_clock_that_stepped_back_counts_the_wait_from_the_real_clock() {
+        let r = Rule::new(Algo::Window, 1, S, None).unwrap();
+        let mut l = Limiter::new(Algo::Window, r);
+        assert!(
+            l.admit(Algo::Window, r, 1, T0 + 5 * S, false)
+                .unwrap()
+                .allowed
+        );
+        // The clock steps back 5 s: the key's window still ends at T0 + 6 s.
+        let d = l.admit(Algo::Window, r, 1, T0, false).unwrap();
+        assert!(!d.allowed);
+        assert_eq!((d.retry_after_ms(), d.reset_after_ms()), (6000, 6000));
+        assert!(
+            !l.admit(Algo::Window, r, 1, T0 + 5_999_999, true)
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            l.admit(Algo::Window, r, 1, T0 + 6 * S, true)
+                .unwrap()
+                .allowed
+        );
+    }
+
+    proptest! {
+        /// Whatever the clock did, a refused request waits `retry_after_ms` and is admitted
+        /// (nothing else spent meanwhile), for every algorithm.
+        #[test]
+        fn waiting_the_hint_is_always_enough(
+            algo in 0usize..5,
+            steps in prop::collection::vec((-20_000_000i64..3_000_000, 1u64..4), 1..40),
+        ) {
+            let algo = Algo::ALL[algo];
+            let burst = (algo.family() == Family::Rate).then_some(4);
+            let r = Rule::new(algo, 3, 2 * S, burst).unwrap();
+            let mut l = Limiter::new(algo, r);
+            let mut now = T0 + 30 * S;
+            for (step, cost) in steps {
+                now = now.saturating_add_signed(step);
+                let d = l.admit(algo, r, cost, now, false).unwrap();
+                prop_assert!(d.remaining <= d.limit);
+                if !d.allowed {
+                    let later = now + d.retry_after_ms() * 1000;
+                    prop_assert!(l.admit(algo, r, cost, later, true).unwrap().allowed,
+                        "{:?}: refused again after waiting {} ms", algo, d.retry_after_ms());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_grant_says_when_to_come_back() {
+        let r = Rule::new(Algo::Gcra, 2, S, Some(4)).unwrap();
+        let mut l = Limiter::new(Algo::Gcra, r);
+        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
+        assert_eq!((g.granted, g.remaining, g.retry_after_us), (4, 0, 0));
+        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
+        assert_eq!((g.granted, g.retry_after_us), (0, 500_000));
+        assert_eq!(
+            l.grant(Algo::Gcra, r, 10, S, T0 + 500_000).unwrap().granted,
+            1
+        );
+    }
+
+    #[test]
+    fn a_retried_reserve_never_replies_more_than_the_capacity() {
+        let big = Rule::new(Algo::Gcra, 100, S, None).unwrap();
+        let small = Rule::new(Algo::Gcra, 5, S, None).unwrap();
+        let mut l = Limiter::new(Algo::Gcra, big);
+        let (d, _) = l.reserve(Algo::Gcra, big, 1, b"r", S, T0, false).unwrap();
+        assert_eq!((d.remaining, d.limit), (99, 100));
+        // Much later, another call lowers the capacity to 5.
+        l.admit(Algo::Gcra, small, 1, T0 + 500_000, false).unwrap();
+        let (d, changed) = l
+            .reserve(Algo::Gcra, small, 1, b"r", S, T0 + 500_000, false)
+            .unwrap();
+        assert!(!changed);
+        assert_eq!((d.allowed, d.remaining, d.limit), (true, 5, 5));
+    }
+
+    #[test]
+    fn states_no_command_could_write_are_refused_naming_the_field() {
+        let w = Rule::new(Algo::Window, 10, S, None).unwrap();
+        let e = Limiter::from_parts(
+            w,
+            State::Window(Fixed {
+                start_us: T0,
+                count: 11,
+            }),
+        );
+        assert_eq!(e, Err(Error::BadPayload("window count is above the limit")));
+        let s = Rule::new(Algo::Sliding, 10, S, None).unwrap();
+        let huge = Sliding {
+            start_us: T0,
+            previous: u64::MAX,
+            current: 1,
+        };
+        let e = Limiter::from_parts(s, State::Sliding(huge));
+        assert_eq!(
+            e,
+            Err(Error::BadPayload(
+                "sliding previous count is above the largest limit"
+            ))
+        );
+        // Times: fine within the skew, refused beyond it.
+        let ahead = |start_us| Limiter::from_parts(w, State::Window(Fixed { start_us, count: 1 }));
+        assert!(ahead(T0 + MAX_CLOCK_SKEW_US)
+            .unwrap()
+            .check_times(T0)
+            .is_ok());
+        assert_eq!(
+            ahead(T0 + MAX_CLOCK_SKEW_US + S).unwrap().check_times(T0),
+            Err(Error::BadPayload(
+                "state time is ahead of the server's clock"
+            ))
+        );
+        let g = Rule::new(Algo::Gcra, 10, S, None).unwrap();
+        let far = i128::from(T0 + 1000 * 365 * 86_400 * S) * 10;
+        let l = Limiter::from_parts(
+            g,
+            State::Gcra {
+                tat: Wide::new(far),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            l.check_times(T0),
+            Err(Error::BadPayload("gcra TAT is ahead of the server's clock"))
+        );
     }
 }
 

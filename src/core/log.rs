@@ -48,7 +48,8 @@ impl Log {
         (self.entries.len() - gone, total)
     }
 
-    fn newest_us(&self) -> u64 {
+    /// When the newest entry was recorded (0 for an empty log).
+    pub fn newest_us(&self) -> u64 {
         self.entries.back().map_or(0, |e| e.at_us)
     }
 

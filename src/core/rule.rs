@@ -14,8 +14,13 @@ pub const MAX_PERIOD_TEXT: &str = "3650d";
 /// Largest `limit` for `ALGO log`, which keeps one entry per admitted request and propagates
 /// the whole log with each admission (12 bytes an entry).
 pub const MAX_LOG_LIMIT: u64 = 10_000;
-/// Largest semaphore capacity (live leases per key).
+/// Largest semaphore capacity (live leases per key), and the most leases a key may keep.
 pub const MAX_SEMAPHORE_CAPACITY: u64 = 100_000;
+/// How far ahead of this server's clock a state from elsewhere (`RESTORE`, `MIGRATE`, a client's
+/// `RL.SETSTATE` or `RL.LEASESET`) may have counted: the clock skew tolerated between servers.
+/// A state further ahead is refused, since no command on a clock within it could have made it.
+pub const MAX_CLOCK_SKEW_US: u64 = 3600 * 1_000_000;
+pub const MAX_CLOCK_SKEW_TEXT: &str = "1h";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algo {

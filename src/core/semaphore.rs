@@ -190,7 +190,24 @@ impl Semaphore {
     /// Replays a write made on the primary: drop what expired by `now_us`, then give `holder`
     /// a lease until `expiry_us` (or remove its lease for 0). Deterministic, so a replica
     /// applying it holds the primary's exact state.
-    pub fn apply(&mut self, holder: &[u8], expiry_us: u64, now_us: u64, next_id: u64) {
+    ///
+    /// Refused, changing nothing, when no acquire, renew or release at `now_us` could have
+    /// written it: an expiry that is not within one longest lease after `now_us`, or one lease
+    /// more than the largest capacity (the state could then not be saved and loaded back).
+    pub fn apply(
+        &mut self,
+        holder: &[u8],
+        expiry_us: u64,
+        now_us: u64,
+        next_id: u64,
+    ) -> Result<(), Error> {
+        if expiry_us != 0 && !(now_us < expiry_us && expiry_us - now_us <= MAX_PERIOD_US) {
+            return Err(Error::BadLease);
+        }
+        let adds = expiry_us != 0 && !self.holds(holder, now_us);
+        if adds && self.in_flight(now_us) >= MAX_SEMAPHORE_CAPACITY {
+            return Err(Error::TooManyLeases);
+        }
         self.prune(now_us);
         if expiry_us == 0 {
             if let Some(expiry) = self.leases.remove(holder) {
@@ -200,6 +217,7 @@ impl Semaphore {
             self.set(holder, expiry_us);
         }
         self.next_id = next_id;
+        Ok(())
     }
 
     /// Gives a slot back; false (and no change) when `holder` holds none.
@@ -231,6 +249,11 @@ impl Semaphore {
 
     pub fn is_empty(&self) -> bool {
         self.leases.is_empty()
+    }
+
+    /// Leases kept, expired ones included until the next write drops them.
+    pub fn len(&self) -> usize {
+        self.leases.len()
     }
 
     /// Approximate heap bytes: each lease's holder is kept twice, in two B-tree nodes.

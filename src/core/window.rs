@@ -145,11 +145,11 @@ impl Sliding {
         let limit = rule.limit();
         match limit.checked_sub(self.current.saturating_add(cost)) {
             // Room in this window once enough of the previous one has slid out.
-            Some(room) => self.start_us + earliest(self.previous, room),
+            Some(room) => self.start_us.saturating_add(earliest(self.previous, room)),
             // Only in the next window, where the current count becomes the previous one.
             None => {
                 let next = self.start_us.saturating_add(rule.period_us());
-                next + earliest(self.current, limit - cost.min(limit))
+                next.saturating_add(earliest(self.current, limit - cost.min(limit)))
             }
         }
     }

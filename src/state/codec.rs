@@ -3,7 +3,8 @@
 //! One encoding serves every place a value leaves the process: RDB (and so `DUMP`, `MIGRATE` and
 //! an RDB-preamble AOF), the `RL.SETSTATE` effects sent to replicas and the AOF, and
 //! `DEBUG DIGEST-VALUE`. Every field is bounds-checked on the way in: a payload that decodes is
-//! one some command could have produced.
+//! one some command could have produced. Given this server's clock, decoding also refuses times
+//! further ahead of it than the tolerated clock skew (see `Limiter::check_times`).
 //!
 //! Layout (little-endian):
 //!
@@ -186,7 +187,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
+/// Decodes a payload; with `now_us`, a state from elsewhere, also checked against this clock.
+pub fn decode(bytes: &[u8], now_us: Option<u64>) -> Result<Limiter, Error> {
     let mut r = Reader { rest: bytes };
     let version = r.u8()?;
     if !(1..=VERSION).contains(&version) {
@@ -272,6 +274,9 @@ pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
     if !r.rest.is_empty() {
         return Err(Error::BadPayload("trailing bytes"));
     }
+    if let Some(now_us) = now_us {
+        limiter.check_times(now_us)?;
+    }
     Ok(limiter)
 }
 
@@ -311,7 +316,7 @@ mod tests {
     fn round_trips() {
         for algo in Algo::ALL {
             let l = sample(algo);
-            assert_eq!(decode(encode(&l).as_bytes()), Ok(l));
+            assert_eq!(decode(encode(&l).as_bytes(), None), Ok(l));
         }
     }
 
@@ -320,11 +325,14 @@ mod tests {
         for algo in Algo::ALL {
             let bytes = encode(&sample(algo)).as_bytes().to_vec();
             for n in 0..bytes.len() {
-                assert!(decode(&bytes[..n]).is_err(), "{algo:?} prefix {n}");
+                assert!(decode(&bytes[..n], None).is_err(), "{algo:?} prefix {n}");
             }
             let mut longer = bytes.clone();
             longer.push(0);
-            assert!(decode(&longer).is_err(), "{algo:?} with a trailing byte");
+            assert!(
+                decode(&longer, None).is_err(),
+                "{algo:?} with a trailing byte"
+            );
         }
     }
 
@@ -334,7 +342,7 @@ mod tests {
         let corrupt = |at: usize, v: u8| {
             let mut b = bytes.clone();
             b[at] = v;
-            decode(&b)
+            decode(&b, None)
         };
         assert!(corrupt(0, 9).is_err(), "version");
         assert!(corrupt(1, 77).is_err(), "algorithm");
@@ -347,25 +355,25 @@ mod tests {
     #[test]
     fn corrupt_logs_are_refused() {
         let bytes = encode(&sample(Algo::Log)).as_bytes().to_vec();
-        assert!(decode(&bytes).is_ok());
+        assert!(decode(&bytes, None).is_ok());
         let mut count = bytes.clone();
         count[26] += 1;
         assert!(
-            decode(&count).is_err(),
+            decode(&count, None).is_err(),
             "entry count larger than the entries"
         );
         let mut huge = bytes.clone();
         huge[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(
-            decode(&huge).is_err(),
+            decode(&huge, None).is_err(),
             "entry count beyond the largest limit"
         );
         let mut order = bytes.clone();
         order[30..38].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode(&order).is_err(), "entries out of order");
+        assert!(decode(&order, None).is_err(), "entries out of order");
         let mut zero = bytes.clone();
         zero[38..42].copy_from_slice(&0u32.to_le_bytes());
-        assert!(decode(&zero).is_err(), "an entry of cost 0");
+        assert!(decode(&zero, None).is_err(), "an entry of cost 0");
     }
 
     /// A frozen version-1 payload: decoding it must keep working in every later release.
@@ -376,7 +384,7 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
             .collect();
-        let l = decode(&bytes).unwrap();
+        let l = decode(&bytes, None).unwrap();
         assert_eq!(l.algo(), Algo::Gcra);
         assert_eq!(
             (l.rule().limit(), l.rule().period_us(), l.rule().burst()),

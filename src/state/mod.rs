@@ -1,6 +1,8 @@
 //! The native type `rllimiter`: one Redis type for every limiter, and its persistence callbacks.
 
 pub mod codec;
+#[cfg(test)]
+mod reachable;
 pub mod rules;
 pub mod value;
 
@@ -10,6 +12,7 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::core::error::Error;
 use crate::core::limiter::Limiter;
 use crate::stats;
 
@@ -60,14 +63,48 @@ unsafe fn encode(value: *mut c_void) -> Option<codec::Encoded> {
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if !(1..=c_int::from(codec::VERSION)).contains(&encver) {
+        load_failed(rdb, c"unknown encoding version (a newer module wrote it)");
         return ptr::null_mut();
     }
     let Ok(buffer) = raw::load_string_buffer(rdb) else {
+        load_failed(rdb, c"truncated value");
         return ptr::null_mut();
     };
-    match codec::decode(buffer.as_ref()) {
+    // A file the server loads was written by it or its primary; `RESTORE` brings a state from
+    // elsewhere, checked against this clock too.
+    let clock = raw::RedisModule_GetContextFromIO
+        .map(|f| f(rdb))
+        .filter(|ctx| !ctx.is_null())
+        .map_or(
+            Some(crate::clock::now_us()),
+            crate::clock::for_foreign_state,
+        );
+    match codec::decode(buffer.as_ref(), clock) {
         Ok(limiter) => into_raw(limiter),
-        Err(_) => ptr::null_mut(),
+        Err(e) => {
+            let why = match e {
+                Error::BadPayload(why) => why.to_string(),
+                other => other.to_string(),
+            };
+            let text = std::ffi::CString::new(why).unwrap_or_default();
+            load_failed(rdb, &text);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// Says in Redis's log why a value did not load (Redis then only says to look above).
+fn load_failed(rdb: *mut raw::RedisModuleIO, why: &std::ffi::CStr) {
+    // SAFETY: `rdb` is the loading callback's; the format takes exactly the one string given.
+    unsafe {
+        if let Some(log) = raw::RedisModule_LogIOError {
+            log(
+                rdb,
+                c"warning".as_ptr(),
+                c"redis-rl: cannot load a limiter: %s".as_ptr(),
+                why.as_ptr(),
+            );
+        }
     }
 }
 

@@ -30,20 +30,33 @@ pub mod replicate;
 pub mod state;
 pub mod stats;
 
+use std::ffi::{c_int, CStr};
+
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 use state::LIMITER_TYPE;
 
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` from Valkey 9's `src/valkeymodule.h`
+/// (`1 << 5`); Redis's `redismodule.h`, from which the bindings come, does not have it. Without
+/// it Valkey refuses `CLUSTER MIGRATESLOTS` while this module is loaded.
+const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // Truncated or corrupt payloads become load errors instead of aborting Redis, and keys are
+    // signalled as modified only when a command really changed them.
+    let mut options = (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int;
+    // A slot migration copies keys as the AOF rewrite does (`aof_rewrite`: `RL.SETSTATE`, then
+    // the expiry), then streams the writes of the moving slots: the effects this module
+    // propagates, which Valkey routes by the slot of their declared keys (`RL.SETSTATE`'s are
+    // at 1, 3, 5...) and which cluster mode always builds (see `propagation`). Nothing here
+    // depends on which node owns a slot, so keys that arrive before the slot are ordinary keys.
+    if valkey_with_atomic_slot_migration(ctx.ctx) {
+        options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
     // SAFETY: reading API pointers and calling them from OnLoad with its own context.
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            // Truncated or corrupt payloads become load errors instead of aborting Redis, and
-            // keys are signalled as modified only when a command really changed them.
-            set_options(
-                ctx.ctx,
-                (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-                    | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
-            );
+            set_options(ctx.ctx, options);
         }
         raw::register_info_function(ctx.ctx, Some(info::section));
     }
@@ -55,6 +68,36 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("redis-rl: {e}"));
             Status::Err
         }
+    }
+}
+
+/// True on a Valkey that knows the atomic slot migration option. Redis 7.0 only stores the
+/// options and ignores unknown bits, but a later Redis may give bit 5 another meaning: the bit
+/// is set only where `INFO server` says `server_name:valkey` and the server lists the bit among
+/// the options it supports.
+fn valkey_with_atomic_slot_migration(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: reading API pointers filled in before OnLoad and calling them with OnLoad's
+    // context; the info data is freed before returning and its string is read before that.
+    unsafe {
+        let (Some(all), Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetModuleOptionsAll,
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return false;
+        };
+        if all() & VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION == 0 {
+            return false;
+        }
+        let info = get(ctx, c"server".as_ptr());
+        if info.is_null() {
+            return false;
+        }
+        let name = field(info, c"server_name".as_ptr());
+        let valkey = !name.is_null() && CStr::from_ptr(name).to_bytes() == b"valkey";
+        free(ctx, info);
+        valkey
     }
 }
 

@@ -1,8 +1,8 @@
 //! redis-rl: native rate-limiting and admission-control commands for Redis.
 //!
-//! `core` is the pure arithmetic; `state` the native type and its encoding; `commands` the glue
-//! that parses, calls the core, writes, replicates (`replicate`, skipped when `propagation` sees
-//! that nothing can receive it) and replies.
+//! `core` (the `redis-rl-core` crate) is the pure arithmetic; `state` the native type and its
+//! encoding; `commands` the glue that parses, calls the core, writes, replicates (`replicate`,
+//! skipped when `propagation` sees that nothing can receive it) and replies.
 
 // A panic aborts Redis with every user's data: outside tests, nothing may unwrap, index or panic.
 #![cfg_attr(
@@ -21,7 +21,8 @@
 
 pub mod clock;
 pub mod commands;
-pub mod core;
+/// The pure core, a crate of its own so that clients share it without Redis.
+pub use rl_core as core;
 #[cfg(test)]
 mod fuzz;
 pub mod info;

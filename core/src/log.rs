@@ -138,8 +138,8 @@ impl Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::rule::Algo;
-    use crate::core::window::Sliding;
+    use crate::rule::Algo;
+    use crate::window::Sliding;
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;

@@ -64,7 +64,7 @@ pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::limiter::Limiter;
+    use crate::limiter::Limiter;
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;

@@ -109,8 +109,8 @@ impl Reservations {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::limiter::Limiter;
-    use crate::core::rule::{Algo, Rule};
+    use crate::limiter::Limiter;
+    use crate::rule::{Algo, Rule};
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;

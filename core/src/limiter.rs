@@ -765,7 +765,7 @@ mod tests {
 #[cfg(test)]
 mod hints {
     use super::*;
-    use crate::core::rule::MAX_CLOCK_SKEW_US;
+    use crate::rule::MAX_CLOCK_SKEW_US;
     use proptest::prelude::*;
 
     const S: u64 = 1_000_000;

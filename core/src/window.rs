@@ -192,7 +192,7 @@ impl Sliding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::rule::Algo;
+    use crate::rule::Algo;
 
     const S: u64 = 1_000_000;
     /// An epoch-aligned instant: a multiple of 10 s.

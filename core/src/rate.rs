@@ -109,7 +109,7 @@ pub fn convert(level: i128, from: &Rule, to: &Rule) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::rule::Algo;
+    use crate::rule::Algo;
 
     fn p_read() -> Rule {
         Rule::new(Algo::Bucket, 2, 1_000_000, Some(20)).unwrap()

@@ -1,8 +1,8 @@
 //! `RL.GRANT key limit period [BURST b] [ALGO a] WANT n [TTL duration]`: leases a chunk of
 //! tokens for local spending.
 
-use super::admit::update;
 use super::reply::int;
+use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::grant::parse_grant;
@@ -28,7 +28,7 @@ fn grant(call: &Call<'_>) -> Result<Grant, CmdError> {
     let now = clock::now_us();
     let granted = update(call, &mut key, 1, Some((req.algo, req.rule)), |l| {
         let g = l.grant(req.algo, req.rule, req.want, req.ttl_us, now)?;
-        Ok((g, g.granted > 0))
+        Ok((g, (g.granted > 0).then_some(Effect::State)))
     })?;
     granted.ok_or(super::CmdError::WrongType)
 }

@@ -2,13 +2,12 @@
 //! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
 //! propagate.
 
-use super::admit::{apply, Effect};
 use super::reply::{int, Value};
+use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::admit::parse_id;
 use crate::core::error::Error;
-use crate::core::limiter::Limiter;
 use crate::core::parse::parse_u64;
 use crate::core::rule::{Algo, Rule, MAX_CLOCK_SKEW_US};
 use crate::core::semaphore::{parse_acquire, parse_renew, Acquire};
@@ -42,56 +41,17 @@ fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
     let (rule, holder) = parse_acquire(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let existing = match key.limiter()? {
-        Some(mut l) => Some(l.acquire(rule, holder, now, false)?),
-        None => None,
-    };
-    let a = match existing {
-        Some(a) => a,
-        None => {
-            let mut l = Limiter::new(Algo::Semaphore, rule);
-            let a = l.acquire(rule, holder, now, false)?;
-            if a.acquired {
-                key.set(l);
-            }
-            a
-        }
-    };
-    if a.acquired {
-        let expiry = now.saturating_add(rule.period_us());
-        lease_written(call, &mut key, &a.holder, expiry, now)?;
-    }
-    Ok(a)
-}
-
-/// After a lease changed: the key expires with its last lease (or goes, when none is left),
-/// and the change propagates as `RL.LEASESET` with the primary's time, which replicas replay
-/// in O(log n) instead of receiving every lease.
-fn lease_written(
-    call: &Call<'_>,
-    key: &mut Key,
-    holder: &[u8],
-    expiry_us: u64,
-    now: u64,
-) -> Result<(), CmdError> {
-    let effect = match key.limiter()? {
-        None => return Ok(()),
-        Some(l) if l.is_void() => Effect::Delete,
-        Some(l) => {
-            let op = replicate::LeaseOp {
-                capacity: l.rule().limit(),
-                lease_us: l.rule().period_us(),
-                now_us: now,
-                next_id: l.next_lease_id(),
-                holder,
-                expiry_us,
-            };
-            replicate::lease(call.ctx, call.raw_arg(1), &op);
-            Effect::ExpireAt(l.expire_at_ms())
-        }
-    };
-    apply(call, key, 1, effect);
-    Ok(())
+    let acquired = update(call, &mut key, 1, Some((Algo::Semaphore, rule)), |l| {
+        let a = l.acquire(rule, holder, now, false)?;
+        let effect = a.acquired.then(|| Effect::Lease {
+            holder: a.holder.clone(),
+            expiry_us: now.saturating_add(rule.period_us()),
+            now_us: now,
+        });
+        Ok((a, effect))
+    })?;
+    // A fresh semaphore always decides.
+    acquired.ok_or(CmdError::WrongType)
 }
 
 pub fn release(call: &Call<'_>) -> Result<(), CmdError> {
@@ -131,18 +91,19 @@ fn reply_change(
 fn change(call: &Call<'_>, holder: &[u8], lease: Option<u64>) -> Result<bool, CmdError> {
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let Some(mut l) = key.limiter()? else {
-        return Ok(false);
-    };
-    let (done, expiry) = match lease {
-        None => (l.release(holder, now)?, 0),
-        Some(lease) => (l.renew(holder, lease, now)?, now.saturating_add(lease)),
-    };
-    drop(l);
-    if done {
-        lease_written(call, &mut key, holder, expiry, now)?;
-    }
-    Ok(done)
+    let done = update(call, &mut key, 1, None, |l| {
+        let (done, expiry_us) = match lease {
+            None => (l.release(holder, now)?, 0),
+            Some(lease) => (l.renew(holder, lease, now)?, now.saturating_add(lease)),
+        };
+        let effect = done.then(|| Effect::Lease {
+            holder: holder.to_vec(),
+            expiry_us,
+            now_us: now,
+        });
+        Ok((done, effect))
+    })?;
+    Ok(done.unwrap_or(false))
 }
 
 /// `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`: replays one lease change
@@ -162,24 +123,10 @@ pub fn leaseset(call: &Call<'_>) -> Result<(), CmdError> {
         }
     }
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
-    let existing = match key.limiter()? {
-        Some(mut l) => {
-            l.apply_lease(rule, holder, expiry, now, next_id)?;
-            Some(Effect::of(&l))
-        }
-        None => None,
-    };
-    let effect = match existing {
-        Some(effect) => effect,
-        None => {
-            let mut l = Limiter::new(Algo::Semaphore, rule);
-            l.apply_lease(rule, holder, expiry, now, next_id)?;
-            let effect = Effect::of(&l);
-            key.set(l);
-            effect
-        }
-    };
-    effect.apply(&mut key);
+    update(call, &mut key, 1, Some((Algo::Semaphore, rule)), |l| {
+        l.apply_lease(rule, holder, expiry, now, next_id)?;
+        Ok(((), Some(Effect::Replay)))
+    })?;
     replicate::verbatim(call.ctx);
     call.reply().ok();
     Ok(())

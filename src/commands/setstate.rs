@@ -5,6 +5,7 @@
 //! when the state is full again, a function of the payload alone, so it reads no clock and
 //! replays identically anywhere.
 
+use super::write::{store, Effect};
 use super::{Call, CmdError, Key};
 use crate::core::error::Error;
 use crate::replicate;
@@ -25,22 +26,11 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         )?);
     }
     for (i, limiter) in limiters.into_iter().enumerate() {
-        let expire_at_ms = limiter.expire_at_ms();
-        let mut key = Key::open(call.ctx, call.raw_arg(1 + 2 * i))?;
+        let arg = 1 + 2 * i;
+        let mut key = Key::open(call.ctx, call.raw_arg(arg))?;
         // Like RESTORE ... REPLACE: whatever the key held (a limiter, or a redis-cell string
         // that CL.THROTTLE converted on the primary) becomes this limiter.
-        let leftover = match key.limiter() {
-            Ok(Some(mut existing)) if existing.algo() == limiter.algo() => {
-                *existing = limiter;
-                None
-            }
-            _ => Some(limiter),
-        };
-        if let Some(limiter) = leftover {
-            key.set(limiter);
-        }
-        key.expire_at(Some(expire_at_ms));
-        key.signal_modified();
+        store(call, &mut key, arg, limiter, Effect::Replay);
     }
     replicate::verbatim(call.ctx);
     call.reply().ok();

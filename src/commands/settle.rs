@@ -1,7 +1,7 @@
 //! `RL.SETTLE key id actual`: settles a reservation with the actual cost.
 
-use super::admit::update;
 use super::reply::{int, Value};
+use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::admit::parse_id;
@@ -36,8 +36,8 @@ fn settle(call: &Call<'_>) -> Result<Option<Settlement>, CmdError> {
     let now = clock::now_us();
     let settled = update(call, &mut key, 1, None, |l| {
         Ok(match l.settle(id, actual, now) {
-            Some((s, changed)) => (Some(s), changed),
-            None => (None, false),
+            Some((s, changed)) => (Some(s), changed.then_some(Effect::State)),
+            None => (None, None),
         })
     })?;
     Ok(settled.flatten())

@@ -1,7 +1,7 @@
 //! `CL.THROTTLE key max_burst count period [quantity]`: a drop-in for the redis-cell module.
 
-use super::admit::{update, written};
 use super::key::Kind;
+use super::write::{store, update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
@@ -35,11 +35,14 @@ fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
     let req = parse_throttle(rest)?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let (reply, changed) = match key.kind() {
+    match key.kind() {
         Kind::Limiter | Kind::Empty => {
             let fresh = Some((Algo::Gcra, req.rule));
-            let reply = update(call, &mut key, 1, fresh, |l| throttle(l, &req, now))?;
-            return reply.ok_or(CmdError::WrongType);
+            let reply = update(call, &mut key, 1, fresh, |l| {
+                let (reply, changed) = throttle(l, &req, now)?;
+                Ok((reply, changed.then_some(Effect::State)))
+            })?;
+            reply.ok_or(CmdError::WrongType)
         }
         // A key written by redis-cell: its TAT carries over, so users can swap modules on a
         // live dataset. It becomes a native key on its first admission.
@@ -48,14 +51,10 @@ fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
             let mut limiter = from_redis_cell(value, req.rule).ok_or(CmdError::WrongType)?;
             let (reply, changed) = throttle(&mut limiter, &req, now)?;
             if changed {
-                key.set(limiter);
+                store(call, &mut key, 1, limiter, Effect::State);
             }
-            (reply, changed)
+            Ok(reply)
         }
-        Kind::Other => return Err(CmdError::WrongType),
-    };
-    if changed {
-        written(call, &mut key, 1)?;
+        Kind::Other => Err(CmdError::WrongType),
     }
-    Ok(reply)
 }

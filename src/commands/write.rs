@@ -1,0 +1,146 @@
+//! The one write path every command takes: load the key's limiter (or create one for an empty
+//! key), let the core change it, then finish: the key expires when its state is full again or
+//! goes when it equals an absent key, the change is signalled, and its effect propagates.
+//!
+//! A change that changes nothing (a refusal, a dry run, a release of an unknown holder) stops
+//! after the core: no key is created, nothing is signalled or propagated.
+
+use super::{Call, CmdError, Key};
+use crate::core::error::Error;
+use crate::core::limiter::Limiter;
+use crate::core::rule::{Algo, Rule};
+use crate::replicate;
+use crate::stats;
+
+/// What a change sends to replicas and the AOF.
+pub enum Effect {
+    /// The key's resulting state (`RL.SETSTATE`), batched in a multi-key call.
+    State,
+    /// One lease change (`RL.LEASESET`), replayed in O(log n) instead of the whole semaphore.
+    Lease {
+        holder: Vec<u8>,
+        expiry_us: u64,
+        now_us: u64,
+    },
+    /// Nothing per key: the command is itself the effect and propagates verbatim.
+    Replay,
+}
+
+/// What becomes of a key after a change.
+enum Fate {
+    /// The state equals an absent key's (a semaphore with no lease left): the key goes, and the
+    /// deletion propagates unless the command replays itself.
+    Delete { propagate: bool },
+    /// The key expires at this Unix millisecond, when it is full again.
+    ExpireAt(u64),
+}
+
+/// Runs `f` on the key's limiter, or on a fresh one of `fresh` (algorithm, rule) when the key is
+/// empty (`None` then means an empty key stays empty and `f` does not run). When `f` returns an
+/// effect, the key is finished and the effect propagated.
+pub fn update<T>(
+    call: &Call<'_>,
+    key: &mut Key,
+    arg: usize,
+    fresh: Option<(Algo, Rule)>,
+    f: impl FnOnce(&mut Limiter) -> Result<(T, Option<Effect>), Error>,
+) -> Result<Option<T>, CmdError> {
+    let existing = match key.limiter()? {
+        Some(mut limiter) => {
+            let before = limiter.algo();
+            let (out, effect) = f(&mut limiter)?;
+            if limiter.algo() != before {
+                // gcra <-> bucket, window <-> sliding: the same value, counted anew.
+                stats::key_freed(before);
+                stats::key_created(limiter.algo());
+            }
+            Ok((out, effect.map(|e| propagate(call, arg, &limiter, e))))
+        }
+        None => Err(f),
+    };
+    let (out, fate) = match existing {
+        Ok(done) => done,
+        Err(f) => {
+            // Built only for an empty key: a fresh log allocates.
+            let Some((algo, rule)) = fresh else {
+                return Ok(None);
+            };
+            let mut limiter = Limiter::new(algo, rule);
+            let (out, effect) = f(&mut limiter)?;
+            let Some(effect) = effect else {
+                return Ok(Some(out));
+            };
+            let fate = propagate(call, arg, &limiter, effect);
+            key.set(limiter);
+            (out, Some(fate))
+        }
+    };
+    if let Some(fate) = fate {
+        finish(call, key, arg, fate);
+    }
+    Ok(Some(out))
+}
+
+/// Stores `limiter` in the key whatever it held (a limiter of the same algorithm is replaced in
+/// place), then finishes it like any change.
+pub fn store(call: &Call<'_>, key: &mut Key, arg: usize, limiter: Limiter, effect: Effect) {
+    let leftover = match key.limiter() {
+        Ok(Some(mut existing)) if existing.algo() == limiter.algo() => {
+            *existing = limiter;
+            None
+        }
+        _ => Some(limiter),
+    };
+    if let Some(limiter) = leftover {
+        key.set(limiter);
+    }
+    let fate = match key.limiter() {
+        Ok(Some(stored)) => propagate(call, arg, &stored, effect),
+        _ => return,
+    };
+    finish(call, key, arg, fate);
+}
+
+/// Propagates `effect` for the state `limiter` that the key at argument `arg` now holds, and
+/// says what becomes of the key. A state that equals an absent key propagates as the deletion,
+/// in [`finish`].
+fn propagate(call: &Call<'_>, arg: usize, limiter: &Limiter, effect: Effect) -> Fate {
+    if limiter.is_void() {
+        let propagate = !matches!(effect, Effect::Replay);
+        return Fate::Delete { propagate };
+    }
+    match effect {
+        Effect::State => call.propagate_state(arg, limiter),
+        Effect::Lease {
+            holder,
+            expiry_us,
+            now_us,
+        } => {
+            let op = replicate::LeaseOp {
+                capacity: limiter.rule().limit(),
+                lease_us: limiter.rule().period_us(),
+                now_us,
+                next_id: limiter.next_lease_id(),
+                holder: &holder,
+                expiry_us,
+            };
+            replicate::lease(call.ctx, call.raw_arg(arg), &op);
+        }
+        Effect::Replay => {}
+    }
+    Fate::ExpireAt(limiter.expire_at_ms())
+}
+
+/// Expires or deletes the key (propagating a deletion) and signals the change.
+fn finish(call: &Call<'_>, key: &mut Key, arg: usize, fate: Fate) {
+    match fate {
+        Fate::Delete { propagate } => {
+            if propagate {
+                replicate::deleted(call.ctx, call.raw_arg(arg));
+            }
+            key.delete();
+        }
+        Fate::ExpireAt(ms) => key.expire_at(Some(ms)),
+    }
+    key.signal_modified();
+}

@@ -10,7 +10,7 @@ use crate::stats;
 /// Called by Redis with a valid info context.
 pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: i32) {
     raw::add_info_section(ctx, None);
-    for cmd in stats::COMMANDS {
+    for cmd in crate::commands::COMMANDS.iter().filter_map(|c| c.stats) {
         for (what, n) in cmd.snapshot() {
             raw::add_info_field_unsigned_long_long(ctx, &format!("{}_{what}", cmd.name), n);
         }

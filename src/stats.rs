@@ -49,6 +49,9 @@ impl CommandStats {
     }
 }
 
+// For ACQUIRE, RELEASE and RENEW "admitted" counts slots taken, released or renewed; for
+// SETTLE, ids found; for GRANT, grants of at least one unit. The command table says which
+// command counts into which, in the order `INFO rl` shows them.
 pub static ADMIT: CommandStats = CommandStats::new("admit");
 pub static MULTI: CommandStats = CommandStats::new("multi");
 pub static THROTTLE: CommandStats = CommandStats::new("throttle");
@@ -57,13 +60,6 @@ pub static ACQUIRE: CommandStats = CommandStats::new("acquire");
 pub static RELEASE: CommandStats = CommandStats::new("release");
 pub static RENEW: CommandStats = CommandStats::new("renew");
 pub static SETTLE: CommandStats = CommandStats::new("settle");
-
-/// Every command's counters, in the order `INFO rl` shows them. For ACQUIRE, RELEASE and RENEW
-/// "admitted" counts slots taken, released or renewed; for SETTLE, ids found; for GRANT, grants
-/// of at least one unit.
-pub static COMMANDS: [&CommandStats; 8] = [
-    &ADMIT, &MULTI, &THROTTLE, &GRANT, &ACQUIRE, &RELEASE, &RENEW, &SETTLE,
-];
 
 /// Live keys per algorithm, indexed by `Algo::code`.
 static KEYS: [AtomicI64; 6] = [

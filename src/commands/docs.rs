@@ -1,4 +1,5 @@
-//! `COMMAND DOCS` / `COMMAND INFO` metadata, and the module's ACL category.
+//! `COMMAND DOCS` / `COMMAND INFO` metadata (the argument trees the command table names), and
+//! the module's ACL category.
 //!
 //! Registered through `RedisModule_SetCommandInfo` when the server exports it (7.0 does), and
 //! the `rl` ACL category where the server supports module categories (7.4+, Valkey 8+). Either
@@ -21,6 +22,7 @@ pub struct Arg {
 }
 
 /// Where a command's keys are, with their `REDISMODULE_CMD_KEY_*` flags.
+#[derive(Clone, Copy)]
 pub enum Keys {
     /// One key at position 1.
     First(u64),
@@ -28,16 +30,6 @@ pub enum Keys {
     Numkeys(u64),
     /// Keys at 1, 3, 5, ... each followed by a value.
     Pairs(u64),
-}
-
-/// One command's documentation.
-pub struct Doc {
-    pub name: &'static CStr,
-    pub summary: &'static CStr,
-    pub complexity: &'static CStr,
-    pub arity: c_int,
-    pub keys: Keys,
-    pub args: &'static [Arg],
 }
 
 const KEY: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
@@ -56,9 +48,12 @@ const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
 const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
 const MULTIPLE_TOKEN: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE_TOKEN;
 
-const KEY_RW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
-const KEY_OW_UPDATE: u64 = (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
-const KEY_RO_ACCESS: u64 = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
+pub const KEY_RW_UPDATE: u64 =
+    (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+pub const KEY_OW_UPDATE: u64 =
+    (raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE) as u64;
+pub const KEY_RO_ACCESS: u64 =
+    (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as u64;
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
     Arg {
@@ -153,7 +148,7 @@ static RESERVE_ARGS: [Arg; 2] = [
     ),
 ];
 
-static ADMIT_ARGS: [Arg; 8] = [
+pub static ADMIT_ARGS: [Arg; 8] = [
     KEY_ARG,
     LIMIT_ARG,
     PERIOD_ARG,
@@ -171,7 +166,7 @@ static ADMIT_ARGS: [Arg; 8] = [
     },
 ];
 
-static GRANT_ARGS: [Arg; 7] = [
+pub static GRANT_ARGS: [Arg; 7] = [
     KEY_ARG,
     LIMIT_ARG,
     PERIOD_ARG,
@@ -198,7 +193,7 @@ const LEASE_ARG: Arg = described(
     c"a duration (1ms to 3650d) after which the slot frees itself",
 );
 
-static ACQUIRE_ARGS: [Arg; 4] = [
+pub static ACQUIRE_ARGS: [Arg; 4] = [
     KEY_ARG,
     described(arg(c"capacity", INTEGER), c"slots, 1 to 100000"),
     LEASE_ARG,
@@ -210,10 +205,10 @@ static ACQUIRE_ARGS: [Arg; 4] = [
     ),
 ];
 
-static RELEASE_ARGS: [Arg; 2] = [KEY_ARG, HOLDER_ARG];
-static RENEW_ARGS: [Arg; 3] = [KEY_ARG, HOLDER_ARG, LEASE_ARG];
+pub static RELEASE_ARGS: [Arg; 2] = [KEY_ARG, HOLDER_ARG];
+pub static RENEW_ARGS: [Arg; 3] = [KEY_ARG, HOLDER_ARG, LEASE_ARG];
 
-static SETTLE_ARGS: [Arg; 3] = [
+pub static SETTLE_ARGS: [Arg; 3] = [
     KEY_ARG,
     described(arg(c"id", STRING), c"the reservation id given to RESERVE"),
     described(arg(c"actual", INTEGER), c"the actual cost, 0 to 10^15"),
@@ -228,7 +223,7 @@ static RULE_ARGS: [Arg; 6] = [
     ALGO_ARG,
 ];
 
-static MULTI_ARGS: [Arg; 4] = [
+pub static MULTI_ARGS: [Arg; 4] = [
     described(arg(c"numkeys", INTEGER), c"number of keys, 1 to 32"),
     Arg {
         flags: MULTIPLE,
@@ -245,9 +240,9 @@ static MULTI_ARGS: [Arg; 4] = [
     DRYRUN_ARG,
 ];
 
-static INFO_ARGS: [Arg; 1] = [KEY_ARG];
+pub static INFO_ARGS: [Arg; 1] = [KEY_ARG];
 
-static THROTTLE_ARGS: [Arg; 5] = [
+pub static THROTTLE_ARGS: [Arg; 5] = [
     KEY_ARG,
     described(arg(c"max_burst", INTEGER), c"the capacity is max_burst + 1"),
     described(arg(c"count", INTEGER), c"units per period"),
@@ -269,7 +264,7 @@ static SETSTATE_PAIR: [Arg; 2] = [
     ),
 ];
 
-static SETSTATE_ARGS: [Arg; 1] = [Arg {
+pub static SETSTATE_ARGS: [Arg; 1] = [Arg {
     name: c"pair",
     kind: BLOCK,
     token: None,
@@ -278,7 +273,7 @@ static SETSTATE_ARGS: [Arg; 1] = [Arg {
     subargs: &SETSTATE_PAIR,
 }];
 
-static LEASESET_ARGS: [Arg; 7] = [
+pub static LEASESET_ARGS: [Arg; 7] = [
     KEY_ARG,
     described(arg(c"capacity", INTEGER), c"the semaphore's capacity"),
     described(arg(c"lease_us", INTEGER), c"its lease, in microseconds"),
@@ -295,97 +290,6 @@ static LEASESET_ARGS: [Arg; 7] = [
         arg(c"expiry_us", INTEGER),
         c"the lease's new expiry in microseconds since the epoch; 0 removes it",
     ),
-];
-
-pub static DOCS: [Doc; 11] = [
-    Doc {
-        name: c"RL.LEASESET",
-        summary: c"Replays one lease change made on a primary (how replicas and the AOF receive semaphore effects).",
-        complexity: c"O(log N) in the leases, plus those that expired",
-        arity: 8,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &LEASESET_ARGS,
-    },
-    Doc {
-        name: c"RL.GRANT",
-        summary: c"Leases a chunk of up to WANT units for a client to spend locally.",
-        complexity: c"O(1) (log: O(N) in the entries that left the window)",
-        arity: -6,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &GRANT_ARGS,
-    },
-    Doc {
-        name: c"RL.ACQUIRE",
-        summary: c"Takes a slot of a concurrency semaphore until its lease expires.",
-        complexity: c"O(log N) in the live leases",
-        arity: -4,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &ACQUIRE_ARGS,
-    },
-    Doc {
-        name: c"RL.RELEASE",
-        summary: c"Gives a semaphore slot back; idempotent.",
-        complexity: c"O(log N) in the live leases",
-        arity: 3,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &RELEASE_ARGS,
-    },
-    Doc {
-        name: c"RL.RENEW",
-        summary: c"Extends a live lease; 0 once it has expired.",
-        complexity: c"O(log N) in the live leases",
-        arity: 4,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &RENEW_ARGS,
-    },
-    Doc {
-        name: c"RL.SETTLE",
-        summary: c"Settles a reservation with the actual cost: debits or credits the difference.",
-        complexity: c"O(log N) in the key's reservations",
-        arity: 4,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &SETTLE_ARGS,
-    },
-    Doc {
-        name: c"RL.ADMIT",
-        summary: c"Admits or refuses one request against a rate limit, atomically.",
-        complexity: c"O(1) for gcra, bucket, window and sliding; O(1) amortized for log (O(N) in the entries that left the window)",
-        arity: -4,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &ADMIT_ARGS,
-    },
-    Doc {
-        name: c"RL.MULTI",
-        summary: c"Admits a request only if every rule on every key admits it; spends all or nothing.",
-        complexity: c"O(N) where N is the number of keys",
-        arity: -7,
-        keys: Keys::Numkeys(KEY_RW_UPDATE),
-        args: &MULTI_ARGS,
-    },
-    Doc {
-        name: c"RL.INFO",
-        summary: c"Explains a limiter key: algorithm, parameters, state and TTL.",
-        complexity: c"O(1); O(N) for log in the entries that left the window",
-        arity: 2,
-        keys: Keys::First(KEY_RO_ACCESS),
-        args: &INFO_ARGS,
-    },
-    Doc {
-        name: c"CL.THROTTLE",
-        summary: c"redis-cell compatible GCRA throttle: same arguments, reply and rounding.",
-        complexity: c"O(1)",
-        arity: -5,
-        keys: Keys::First(KEY_RW_UPDATE),
-        args: &THROTTLE_ARGS,
-    },
-    Doc {
-        name: c"RL.SETSTATE",
-        summary: c"Sets a limiter's state from its encoding (how replicas and the AOF receive effects).",
-        complexity: c"O(1); O(N) in the entries of a log",
-        arity: -3,
-        keys: Keys::Pairs(KEY_OW_UPDATE),
-        args: &SETSTATE_ARGS,
-    },
 ];
 
 /// Converts an argument tree to the raw form. The returned vectors own the child arrays that the
@@ -437,7 +341,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     // SAFETY: called from OnLoad, with a static C string.
     let category =
         add_acl.is_some_and(|add| unsafe { add(ctx, c"rl".as_ptr()) } == raw::Status::Ok as c_int);
-    for doc in &DOCS {
+    for doc in &super::COMMANDS {
         // SAFETY: the command was registered just before.
         let command = unsafe { get_command(ctx, doc.name.as_ptr()) };
         if command.is_null() {

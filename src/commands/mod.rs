@@ -1,8 +1,9 @@
 //! The Redis glue: registration, argument access, key access, replies and error mapping.
 //!
-//! Commands are registered through the raw API rather than the crate's table so that a call
-//! reads its arguments as byte slices without copying or retaining them, and so that each body
-//! runs under `catch_unwind`.
+//! Each command is declared once, in [`COMMANDS`], and registered from it in one loop. Commands
+//! are registered through the raw API rather than the crate's table so that a call reads its
+//! arguments as byte slices without copying or retaining them, and so that each body runs under
+//! `catch_unwind`.
 
 pub mod admit;
 pub mod docs;
@@ -15,6 +16,7 @@ mod reply;
 pub mod setstate;
 pub mod settle;
 pub mod throttle;
+pub mod write;
 
 use std::cell::RefCell;
 use std::ffi::{c_int, CStr};
@@ -28,6 +30,8 @@ use crate::core::limiter::Limiter;
 use crate::replicate;
 use crate::state::codec::{self, Encoded};
 
+use crate::stats::{self, CommandStats};
+use docs::Keys;
 pub use key::Key;
 pub use reply::Reply;
 
@@ -166,113 +170,179 @@ fn bytes_of<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
 }
 
-/// A command as registered: name, callback, flags and its legacy key range.
+/// The C callback Redis calls for one command.
+type Callback = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// One command, declared once: what Redis registers (name, flags, keys), what `COMMAND DOCS`
+/// shows (arity, summary, complexity, arguments) and what `INFO rl` counts.
 pub struct Command {
     pub name: &'static CStr,
-    pub callback: unsafe extern "C" fn(
-        *mut raw::RedisModuleCtx,
-        *mut *mut raw::RedisModuleString,
-        c_int,
-    ) -> c_int,
+    callback: Callback,
     pub flags: &'static CStr,
-    pub first_key: c_int,
-    pub last_key: c_int,
-    pub key_step: c_int,
+    /// Where the keys are: the key spec, and the legacy range clusters route by.
+    pub keys: Keys,
+    /// As `COMMAND INFO` reports it (negative: at least that many); the body checks it.
+    pub arity: c_int,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub args: &'static [docs::Arg],
+    /// `INFO rl` counters, for the commands users call to decide (not the replayed effects).
+    pub stats: Option<&'static CommandStats>,
+}
+
+impl Command {
+    /// The legacy first key, last key and step. A `numkeys` layout has no fixed range: its
+    /// command is flagged `getkeys-api` and reports its keys itself, which is what a cluster
+    /// routes by (key specs alone do not route).
+    fn key_range(&self) -> (c_int, c_int, c_int) {
+        match self.keys {
+            Keys::First(_) => (1, 1, 1),
+            Keys::Numkeys(_) => (0, 0, 0),
+            Keys::Pairs(_) => (1, -1, 2),
+        }
+    }
 }
 
 macro_rules! callback {
-    ($name:ident, $body:path) => {
-        unsafe extern "C" fn $name(
+    ($body:path) => {{
+        unsafe extern "C" fn callback(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
             dispatch(ctx, argv, argc, $body)
         }
-    };
+        callback
+    }};
 }
 
-callback!(admit_callback, admit::run);
-callback!(multi_callback, multi::run);
-callback!(inspect_callback, inspect::run);
-callback!(throttle_callback, throttle::run);
-callback!(setstate_callback, setstate::run);
-callback!(grant_callback, grant::run);
-callback!(acquire_callback, lease::acquire);
-callback!(release_callback, lease::release);
-callback!(renew_callback, lease::renew);
-callback!(settle_callback, settle::run);
-callback!(leaseset_callback, lease::leaseset);
-
-/// A write command on the key at position 1.
-const fn one_key(
-    name: &'static CStr,
-    callback: unsafe extern "C" fn(
-        *mut raw::RedisModuleCtx,
-        *mut *mut raw::RedisModuleString,
-        c_int,
-    ) -> c_int,
-    flags: &'static CStr,
-) -> Command {
-    Command {
-        name,
-        callback,
-        flags,
-        first_key: 1,
-        last_key: 1,
-        key_step: 1,
-    }
-}
-
+/// Every command, in the order `INFO rl` shows their counters.
 pub static COMMANDS: [Command; 11] = [
-    one_key(c"RL.LEASESET", leaseset_callback, c"write deny-oom"),
-    one_key(c"RL.GRANT", grant_callback, c"write deny-oom fast"),
-    one_key(c"RL.ACQUIRE", acquire_callback, c"write deny-oom fast"),
-    // Releasing frees memory: it must work when Redis is out of it.
-    one_key(c"RL.RELEASE", release_callback, c"write fast"),
-    one_key(c"RL.RENEW", renew_callback, c"write deny-oom fast"),
-    one_key(c"RL.SETTLE", settle_callback, c"write deny-oom fast"),
     Command {
         name: c"RL.ADMIT",
-        callback: admit_callback,
+        callback: callback!(admit::run),
         flags: c"write deny-oom fast",
-        first_key: 1,
-        last_key: 1,
-        key_step: 1,
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -4,
+        summary: c"Admits or refuses one request against a rate limit, atomically.",
+        complexity: c"O(1) for gcra, bucket, window and sliding; O(1) amortized for log (O(N) in the entries that left the window)",
+        args: &docs::ADMIT_ARGS,
+        stats: Some(&stats::ADMIT),
     },
-    // Key positions come from the command itself: a cluster routes only on the legacy range
-    // or on `getkeys-api`, and a numkeys layout has no fixed range.
     Command {
         name: c"RL.MULTI",
-        callback: multi_callback,
+        callback: callback!(multi::run),
         flags: c"write deny-oom getkeys-api",
-        first_key: 0,
-        last_key: 0,
-        key_step: 0,
-    },
-    Command {
-        name: c"RL.INFO",
-        callback: inspect_callback,
-        flags: c"readonly fast",
-        first_key: 1,
-        last_key: 1,
-        key_step: 1,
+        keys: Keys::Numkeys(docs::KEY_RW_UPDATE),
+        arity: -7,
+        summary: c"Admits a request only if every rule on every key admits it; spends all or nothing.",
+        complexity: c"O(N) where N is the number of keys",
+        args: &docs::MULTI_ARGS,
+        stats: Some(&stats::MULTI),
     },
     Command {
         name: c"CL.THROTTLE",
-        callback: throttle_callback,
+        callback: callback!(throttle::run),
         flags: c"write deny-oom fast",
-        first_key: 1,
-        last_key: 1,
-        key_step: 1,
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -5,
+        summary: c"redis-cell compatible GCRA throttle: same arguments, reply and rounding.",
+        complexity: c"O(1)",
+        args: &docs::THROTTLE_ARGS,
+        stats: Some(&stats::THROTTLE),
+    },
+    Command {
+        name: c"RL.GRANT",
+        callback: callback!(grant::run),
+        flags: c"write deny-oom fast",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -6,
+        summary: c"Leases a chunk of up to WANT units for a client to spend locally.",
+        complexity: c"O(1) (log: O(N) in the entries that left the window)",
+        args: &docs::GRANT_ARGS,
+        stats: Some(&stats::GRANT),
+    },
+    Command {
+        name: c"RL.ACQUIRE",
+        callback: callback!(lease::acquire),
+        flags: c"write deny-oom fast",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -4,
+        summary: c"Takes a slot of a concurrency semaphore until its lease expires.",
+        complexity: c"O(log N) in the live leases",
+        args: &docs::ACQUIRE_ARGS,
+        stats: Some(&stats::ACQUIRE),
+    },
+    Command {
+        name: c"RL.RELEASE",
+        callback: callback!(lease::release),
+        // Releasing frees memory: it must work when Redis is out of it.
+        flags: c"write fast",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: 3,
+        summary: c"Gives a semaphore slot back; idempotent.",
+        complexity: c"O(log N) in the live leases",
+        args: &docs::RELEASE_ARGS,
+        stats: Some(&stats::RELEASE),
+    },
+    Command {
+        name: c"RL.RENEW",
+        callback: callback!(lease::renew),
+        flags: c"write deny-oom fast",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: 4,
+        summary: c"Extends a live lease; 0 once it has expired.",
+        complexity: c"O(log N) in the live leases",
+        args: &docs::RENEW_ARGS,
+        stats: Some(&stats::RENEW),
+    },
+    Command {
+        name: c"RL.SETTLE",
+        callback: callback!(settle::run),
+        flags: c"write deny-oom fast",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: 4,
+        summary: c"Settles a reservation with the actual cost: debits or credits the difference.",
+        complexity: c"O(log N) in the key's reservations",
+        args: &docs::SETTLE_ARGS,
+        stats: Some(&stats::SETTLE),
+    },
+    Command {
+        name: c"RL.INFO",
+        callback: callback!(inspect::run),
+        flags: c"readonly fast",
+        keys: Keys::First(docs::KEY_RO_ACCESS),
+        arity: 2,
+        summary: c"Explains a limiter key: algorithm, parameters, state and TTL.",
+        complexity: c"O(1); O(N) for log in the entries that left the window",
+        args: &docs::INFO_ARGS,
+        stats: None,
     },
     Command {
         name: c"RL.SETSTATE",
-        callback: setstate_callback,
+        callback: callback!(setstate::run),
         flags: c"write deny-oom",
-        first_key: 1,
-        last_key: -1,
-        key_step: 2,
+        keys: Keys::Pairs(docs::KEY_OW_UPDATE),
+        arity: -3,
+        summary: c"Sets a limiter's state from its encoding (how replicas and the AOF receive effects).",
+        complexity: c"O(1); O(N) in the entries of a log",
+        args: &docs::SETSTATE_ARGS,
+        stats: None,
+    },
+    Command {
+        name: c"RL.LEASESET",
+        callback: callback!(lease::leaseset),
+        flags: c"write deny-oom",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: 8,
+        summary: c"Replays one lease change made on a primary (how replicas and the AOF receive semaphore effects).",
+        complexity: c"O(log N) in the leases, plus those that expired",
+        args: &docs::LEASESET_ARGS,
+        stats: None,
     },
 ];
 
@@ -281,6 +351,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     // SAFETY: reading an API pointer Redis filled in before OnLoad.
     let create = unsafe { raw::RedisModule_CreateCommand }.ok_or("CreateCommand missing")?;
     for cmd in &COMMANDS {
+        let (first_key, last_key, key_step) = cmd.key_range();
         // SAFETY: every pointer is a valid C string or callback for the life of the module.
         let rc = unsafe {
             create(
@@ -288,9 +359,9 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
                 cmd.name.as_ptr(),
                 Some(cmd.callback),
                 cmd.flags.as_ptr(),
-                cmd.first_key,
-                cmd.last_key,
-                cmd.key_step,
+                first_key,
+                last_key,
+                key_step,
             )
         };
         if rc != raw::Status::Ok as c_int {

@@ -103,14 +103,14 @@ fn valkey_with_atomic_slot_migration(ctx: *mut raw::RedisModuleCtx) -> bool {
 }
 
 /// Inside Redis every allocation goes through Redis's allocator, so `used_memory` and
-/// `MEMORY USAGE` see it. Unit tests and benches run without a server and use the system's.
-#[cfg(not(any(test, feature = "system-alloc")))]
+/// `MEMORY USAGE` see it. Unit tests run without a server and use the system's.
+#[cfg(not(test))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(any(test, feature = "system-alloc")))]
+#[cfg(not(test))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(any(test, feature = "system-alloc"))]
+#[cfg(test)]
 type Allocator = std::alloc::System;
-#[cfg(any(test, feature = "system-alloc"))]
+#[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
 redis_module! {

@@ -1,6 +1,6 @@
 //! Micro-benchmarks of the pure core decision of `RL.ADMIT`: no Redis, no allocation, no clock.
 //!
-//! `cargo bench --features system-alloc --bench core`
+//! `cargo bench --bench core`
 //!
 //! The numbers bound what the core can cost inside a call; the end-to-end comparison with
 //! `INCR` and a Lua script is `benches/e2e.sh`.
@@ -9,9 +9,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rl::core::admit::parse_admit;
-use rl::core::limiter::Limiter;
-use rl::core::rule::{Algo, Rule};
+use rl_core::admit::parse_admit;
+use rl_core::limiter::Limiter;
+use rl_core::rule::{Algo, Rule};
 
 /// A fixed wall-clock instant (2025-11-24), so runs are reproducible.
 const T0: u64 = 1_764_000_000_000_000;

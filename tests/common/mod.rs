@@ -1,8 +1,9 @@
 //! A real `redis-server` (or `valkey-server`) with the freshly built module, for each test.
 //!
 //! The server binary is `$RL_SERVER` (default `redis-server` on the PATH); the module is
-//! `$RL_MODULE` or this build's `target/<profile>/librl.so`. Each server gets a free loopback
-//! port and its own directory, and is killed when dropped.
+//! `$RL_MODULE` or this build's `target/<profile>/librl.so`. Each server gets its own loopback
+//! port (see [`free_port`]) and directory, and is killed when dropped. Connections are retried
+//! and checked with PING, so a loaded machine slows the suite down rather than failing it.
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
@@ -56,11 +57,44 @@ pub fn is_valkey() -> bool {
     server_binary().contains("valkey")
 }
 
+/// Servers listen on `FIRST_PORT..FIRST_PORT + PORT_SPAN`; a cluster node also binds its bus on
+/// the port + 10000, which lands in the next span, so no server's port is another's bus. Both
+/// spans stay below Linux's ephemeral range (32768 and up), from which the kernel picks the
+/// local ports of outgoing connections.
+const FIRST_PORT: u16 = 12000;
+const PORT_SPAN: u16 = 10000;
+const BUS_OFFSET: u16 = 10000;
+/// Each test binary hands out ports from its own block, chosen by its pid, so binaries running
+/// at the same time rarely share one; a port still taken (by a server of another binary or
+/// anything else) is skipped, and a server that loses a race for its port is booted again on
+/// the next one.
+const BLOCK: u16 = 200;
+
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// True when both the port and its cluster bus port can be bound on 127.0.0.1 right now.
+fn port_is_free(port: u16) -> bool {
+    [port, port + BUS_OFFSET]
+        .iter()
+        .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+}
+
+/// A port no other server of this process was given recently (threads share the counter) and
+/// that is free now, together with its bus port.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+    let blocks = u32::from(PORT_SPAN / BLOCK);
+    let start = u32::from(FIRST_PORT) + std::process::id() % blocks * u32::from(BLOCK);
+    for _ in 0..BLOCK {
+        let n = NEXT_PORT.fetch_add(1, Ordering::SeqCst) % u32::from(BLOCK);
+        let port = u16::try_from(start + n).expect("ports stay below 22000");
+        if port_is_free(port) {
+            return port;
+        }
+    }
+    panic!(
+        "no free port (with its port + {BUS_OFFSET}) in {start}..{}",
+        start + u32::from(BLOCK)
+    );
 }
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -77,56 +111,67 @@ impl Server {
         Server::start_with(&[])
     }
 
-    /// Starts a server with extra `--name value` configuration.
+    /// Starts a server with extra `--name value` configuration. Words before the first `--name`
+    /// follow `--loadmodule librl.so` directly, so they are module arguments.
     pub fn start_with(extra: &[&str]) -> Server {
+        let mut server = Server::unstarted(extra);
+        server.boot(false);
+        server
+    }
+
+    fn unstarted(extra: &[&str]) -> Server {
         let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test dir");
-        let mut server = Server {
+        Server {
             child: None,
             port: 0,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        server.boot();
-        server
+        }
     }
 
-    fn boot(&mut self) {
+    /// Starts the server, on a new port for each attempt unless `same_port` (a restart, whose
+    /// replicas and cluster peers know the port). An attempt fails when the process exits (a
+    /// port taken meanwhile) or never answers PING.
+    fn boot(&mut self, same_port: bool) {
         for _attempt in 0..5 {
-            if self.port == 0 || self.child.is_some() {
+            if !same_port || self.port == 0 {
                 self.port = free_port();
             }
-            let mut command = Command::new(server_binary());
-            command
-                .arg("--port")
-                .arg(self.port.to_string())
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args([
-                    "--enable-debug-command",
-                    "yes",
-                    "--enable-module-command",
-                    "yes",
-                ])
-                .arg("--dir")
-                .arg(&self.dir)
-                .arg("--logfile")
-                .arg(self.dir.join("server.log"))
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = command.spawn().expect("cannot start the server binary");
-            self.child = Some(child);
+            self.spawn();
             if self.wait_ready() {
                 return;
             }
             self.kill();
         }
         panic!("server did not start; log:\n{}", self.log());
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--enable-debug-command",
+                "yes",
+                "--enable-module-command",
+                "yes",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("server.log"))
+            .arg("--loadmodule")
+            .arg(module_path())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(command.spawn().expect("cannot start the server binary"));
     }
 
     /// Waits up to 10 s for PING to answer; false if the process died or never answered.
@@ -153,16 +198,38 @@ impl Server {
         client.get_connection_with_timeout(Duration::from_secs(5))
     }
 
+    /// Connects and checks the connection with PING, retrying for up to 20 s: on a loaded
+    /// machine a server that has just answered PING may still reset a new connection.
+    fn connect(&self, url: &str) -> Connection {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut wait = Duration::from_millis(10);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let tried = redis::Client::open(url)
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+                .and_then(|mut c| cmd("PING").query::<String>(&mut c).map(|_| c));
+            match tried {
+                Ok(c) => return c,
+                Err(e) if Instant::now() >= deadline => panic!(
+                    "cannot connect to {url} after {attempts} attempts: {e}; server log:\n{}",
+                    self.log()
+                ),
+                Err(_) => {
+                    sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
     pub fn conn(&self) -> Connection {
-        self.try_conn().expect("connect")
+        self.connect(&format!("redis://127.0.0.1:{}/", self.port))
     }
 
     /// A RESP3 connection.
     pub fn conn3(&self) -> Connection {
-        let url = format!("redis://127.0.0.1:{}/?protocol=resp3", self.port);
-        redis::Client::open(url)
-            .and_then(|c| c.get_connection())
-            .expect("connect resp3")
+        self.connect(&format!("redis://127.0.0.1:{}/?protocol=resp3", self.port))
     }
 
     pub fn log(&self) -> String {
@@ -203,7 +270,7 @@ impl Server {
             let _ = child.wait();
         }
         self.extra.extend(extra.iter().map(|s| s.to_string()));
-        self.boot();
+        self.boot(true);
     }
 
     /// Makes this server a replica of `primary` and waits until the link is up.

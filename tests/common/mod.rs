@@ -119,6 +119,27 @@ impl Server {
         server
     }
 
+    /// Starts a server with `extra` configuration that must make it exit at startup (a module
+    /// argument it refuses, say), and returns its log. Panics if it answers PING instead.
+    pub fn refused_start(extra: &[&str]) -> String {
+        let mut server = Server::unstarted(extra);
+        for _attempt in 0..5 {
+            server.port = free_port();
+            server.spawn();
+            if server.wait_ready() {
+                panic!("the server started with {extra:?}; log:\n{}", server.log());
+            }
+            server.kill();
+            let log = server.log();
+            // Lost a race for the port: that is not the refusal asked for.
+            if !log.contains("Address already in use") {
+                return log;
+            }
+            let _ = std::fs::remove_file(server.dir.join("server.log"));
+        }
+        panic!("no free port to try {extra:?} on");
+    }
+
     fn unstarted(extra: &[&str]) -> Server {
         let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));

@@ -294,6 +294,15 @@ impl Server {
         self.boot(true);
     }
 
+    /// Kills the server with SIGKILL (no save, no last flush: only what it had already written
+    /// to its AOF or RDB survives) and starts it again on the same directory and port, with
+    /// `extra` configuration added.
+    pub fn crash_and_restart(&mut self, extra: &[&str]) {
+        self.kill();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self.boot(true);
+    }
+
     /// Makes this server a replica of `primary` and waits until the link is up.
     pub fn replicate_from(&self, primary: &Server) {
         let mut c = self.conn();

@@ -214,9 +214,13 @@ impl Server {
         false
     }
 
+    /// A connection whose replies time out after 5 s: a port taken by something that accepts
+    /// and never answers must not hang the probe.
     fn try_conn(&self) -> redis::RedisResult<Connection> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        client.get_connection_with_timeout(Duration::from_secs(5))
+        let c = client.get_connection_with_timeout(Duration::from_secs(5))?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(c)
     }
 
     /// Connects and checks the connection with PING, retrying for up to 20 s: on a loaded
@@ -227,9 +231,12 @@ impl Server {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            // Only the PING times out: tests may block longer on purpose.
             let tried = redis::Client::open(url)
                 .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
-                .and_then(|mut c| cmd("PING").query::<String>(&mut c).map(|_| c));
+                .and_then(|c| c.set_read_timeout(Some(Duration::from_secs(5))).map(|_| c))
+                .and_then(|mut c| cmd("PING").query::<String>(&mut c).map(|_| c))
+                .and_then(|c| c.set_read_timeout(None).map(|_| c));
             match tried {
                 Ok(c) => return c,
                 Err(e) if Instant::now() >= deadline => panic!(

@@ -7,7 +7,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -195,7 +196,7 @@ impl Server {
         self.child = Some(command.spawn().expect("cannot start the server binary"));
     }
 
-    /// Waits up to 10 s for PING to answer; false if the process died or never answered.
+    /// Waits up to 10 s for the server to answer; false if the process died or never answered.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -204,23 +205,43 @@ impl Server {
                     return false;
                 }
             }
-            if let Ok(mut c) = self.try_conn() {
-                if cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
+            if self.answers() {
+                return true;
             }
             sleep(Duration::from_millis(20));
         }
         false
     }
 
-    /// A connection whose replies time out after 5 s: a port taken by something that accepts
-    /// and never answers must not hang the probe.
-    fn try_conn(&self) -> redis::RedisResult<Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        let c = client.get_connection_with_timeout(Duration::from_secs(5))?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(c)
+    /// True when this very server (its pid) answers on its port. A raw socket with timeouts:
+    /// a listener that accepts and never answers fails the probe instead of hanging it, and
+    /// another server that won a race for the port is not taken for this one.
+    fn answers(&self) -> bool {
+        let Some(pid) = self.pid() else {
+            return false;
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+        if s.write_all(b"INFO server\r\n").is_err() {
+            return false;
+        }
+        let want = format!("\r\nprocess_id:{pid}\r\n");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&got).contains(&want) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Connects and checks the connection with PING, retrying for up to 20 s: on a loaded

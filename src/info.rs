@@ -1,5 +1,5 @@
 //! The `INFO rl` section: calls, admissions and refusals per command, live keys per algorithm,
-//! the rules keys share, and whether effects are built for replicas.
+//! the rules keys share, whether effects are built for replicas and whether they may be skipped.
 
 use redis_module::raw;
 
@@ -26,4 +26,8 @@ pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_re
     }
     let receivers = i64::from(crate::propagation::receivers());
     raw::add_info_field_long_long(ctx, "replication_receivers", receivers);
+    let gate = crate::propagation::gate();
+    let on = i64::from(gate == crate::propagation::Gate::On);
+    raw::add_info_field_long_long(ctx, "skip_effects", on);
+    raw::add_info_field_str(ctx, "skip_effects_why", gate.name());
 }

@@ -41,7 +41,14 @@ use state::LIMITER_TYPE;
 /// it Valkey refuses `CLUSTER MIGRATESLOTS` while this module is loaded.
 const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    let skip_effects = match parse_args(args) {
+        Ok(skip) => skip,
+        Err(e) => {
+            ctx.log_warning(&format!("redis-rl: {e}; the module is not loaded"));
+            return Status::Err;
+        }
+    };
     // Truncated or corrupt payloads become load errors instead of aborting Redis, and keys are
     // signalled as modified only when a command really changed them.
     let mut options = (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
@@ -61,8 +68,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         }
         raw::register_info_function(ctx.ctx, Some(info::section));
     }
-    // Effects are built only while something can receive them.
-    propagation::init(ctx.ctx);
+    // Effects are built only while something can receive them (unless the operator said no).
+    propagation::init(ctx.ctx, skip_effects);
     match commands::register(ctx.ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {
@@ -100,6 +107,33 @@ fn valkey_with_atomic_slot_migration(ctx: *mut raw::RedisModuleCtx) -> bool {
         free(ctx, info);
         valkey
     }
+}
+
+/// The module arguments (`--loadmodule librl.so skip-effects no`): whether commands may skip
+/// building effects that nothing can receive. A typo must not load a module that silently does
+/// something else, so anything unknown refuses the load.
+fn parse_args(args: &[RedisString]) -> Result<bool, String> {
+    let mut skip = true;
+    let mut words = args.iter().map(|a| a.to_string_lossy());
+    while let Some(name) = words.next() {
+        if !name.eq_ignore_ascii_case("skip-effects") {
+            return Err(format!(
+                "unknown module argument '{name}' (the only one is skip-effects auto|no)"
+            ));
+        }
+        let value = words.next().unwrap_or_default();
+        skip = match value.to_ascii_lowercase().as_str() {
+            "auto" => true,
+            "no" => false,
+            _ => {
+                return Err(format!(
+                    "skip-effects must be auto or no, not '{value}' (auto skips only on the \
+                     server versions the module was verified on)"
+                ))
+            }
+        };
+    }
+    Ok(skip)
 }
 
 /// Inside Redis every allocation goes through Redis's allocator, so `used_memory` and

@@ -38,6 +38,15 @@
 //!   and its own replicas, starts with it set (and the role change sets it again).
 //! - A backlog is freed only by `repl-backlog-ttl` with no replica left, which the timer sees.
 //!
+//! That reasoning reads the internals of Redis 7.0.15 and Valkey 9.1.2, so the gate is enabled
+//! only on the release series it was checked on (Redis 7.0.x, Valkey 9.1.x): a patch release
+//! fixes bugs and does not restructure propagation, while a new minor may move a receiver, an
+//! event or an `INFO` field. On any other server (or one whose version cannot be read) effects
+//! are always built, as they are when an operator loads the module with `skip-effects no`.
+//! Valkey reports a Redis-compatible version to modules (`redis_version:7.2.4`), so the server is
+//! told apart by `INFO server`: Valkey prints `server_name:valkey` and `valkey_version`, Redis
+//! 7.0 prints neither.
+//!
 //! Skipping must not change what else `RedisModule_Replicate` does: it counts one change in
 //! `server.dirty`, which drives the `save` points and `rdb_changes_since_last_save`. A skipped
 //! call still counts it, through [`count_change`].
@@ -46,7 +55,7 @@
 //! atomics only so as not to be `static mut`.
 
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use redis_module::raw;
 
@@ -55,6 +64,8 @@ use redis_module::raw;
 static RECEIVERS: AtomicBool = AtomicBool::new(true);
 /// True when every server event was subscribed: only then may the timer clear `RECEIVERS`.
 static TRACKING: AtomicBool = AtomicBool::new(false);
+/// Whether the gate is enabled, and why: a [`Gate`] as its `u8`.
+static GATE: AtomicU8 = AtomicU8::new(Gate::NotLoaded as u8);
 /// True while a timer is pending.
 static TIMER_ARMED: AtomicBool = AtomicBool::new(false);
 /// True when a gathered (batched) state was skipped since the batch started.
@@ -66,12 +77,142 @@ const PERIOD_MS: raw::mstime_t = 1000;
 /// The `dataver` of every event used here (version 1 of each).
 const EVENT_VERSION: u64 = 1;
 
-/// Subscribes to the events that may add a receiver and arms the timer. When a subscription
-/// fails (an older server) the flag simply stays set: the module then propagates as always.
-pub fn init(ctx: *mut raw::RedisModuleCtx) {
+/// The release series whose propagation code the reasoning above was checked against.
+const VERIFIED: [(Flavor, u32, u32); 2] = [(Flavor::Redis, 7, 0), (Flavor::Valkey, 9, 1)];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    Redis,
+    Valkey,
+}
+
+/// Whether commands may skip building effects, and if not, why not (for `INFO rl`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum Gate {
+    /// Enabled: a verified server, every event subscribed.
+    On = 0,
+    /// The operator loaded the module with `skip-effects no`.
+    OffByArgument = 1,
+    /// A server (or a version) the reasoning was not checked on, or one that cannot be identified.
+    OffUnverifiedServer = 2,
+    /// A server event could not be subscribed to (nothing would tell the module of a replica).
+    OffServerApi = 3,
+    /// Before the module's `init` ran.
+    NotLoaded = 4,
+}
+
+impl Gate {
+    /// The value `INFO rl` prints as `rl_skip_effects_why`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Gate::On => "verified_server",
+            Gate::OffByArgument => "module_argument",
+            Gate::OffUnverifiedServer => "unverified_server",
+            Gate::OffServerApi => "server_api_missing",
+            Gate::NotLoaded => "not_loaded",
+        }
+    }
+
+    fn from_u8(n: u8) -> Gate {
+        [
+            Gate::On,
+            Gate::OffByArgument,
+            Gate::OffUnverifiedServer,
+            Gate::OffServerApi,
+        ]
+        .into_iter()
+        .find(|g| *g as u8 == n)
+        .unwrap_or(Gate::NotLoaded)
+    }
+}
+
+/// The gate's state.
+pub fn gate() -> Gate {
+    Gate::from_u8(GATE.load(Ordering::Relaxed))
+}
+
+/// Enables the gate when `allowed` (the module argument) and the server is one it was verified
+/// on: subscribes to the events that may add a receiver and arms the timer. Otherwise, or when
+/// a subscription fails, the flag simply stays set: the module then propagates as always.
+pub fn init(ctx: *mut raw::RedisModuleCtx, allowed: bool) {
+    let gate = if !allowed {
+        Gate::OffByArgument
+    } else if !verified_server(ctx) {
+        Gate::OffUnverifiedServer
+    } else if subscribe_all(ctx) {
+        Gate::On
+    } else {
+        Gate::OffServerApi
+    };
+    GATE.store(gate as u8, Ordering::Relaxed);
+    if gate == Gate::On {
+        TRACKING.store(true, Ordering::Relaxed);
+        arm(ctx);
+    }
+}
+
+/// True when this server's release series is in [`VERIFIED`].
+fn verified_server(ctx: *mut raw::RedisModuleCtx) -> bool {
+    server_version(ctx).is_some_and(|v| VERIFIED.contains(&v))
+}
+
+/// The server's flavour and major.minor version; `None` when it cannot be told (a fork that
+/// names itself otherwise, a Valkey without `valkey_version`, a missing API).
+fn server_version(ctx: *mut raw::RedisModuleCtx) -> Option<(Flavor, u32, u32)> {
+    // SAFETY: `ctx` is OnLoad's; the info data is freed before returning and its strings are
+    // read before that.
+    let (name, valkey) = unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return None;
+        };
+        let info = get(ctx, c"server".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let text = |name: &CStr| {
+            let v = field(info, name.as_ptr());
+            (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned())
+        };
+        let name = text(c"server_name");
+        let valkey = text(c"valkey_version");
+        free(ctx, info);
+        (name, valkey)
+    };
+    // Redis 7.0 prints no `server_name`.
+    match (name.as_deref().unwrap_or("redis"), valkey) {
+        ("redis", None) => {
+            // SAFETY: reading an API pointer Redis filled in before OnLoad, and calling it.
+            let packed = unsafe { raw::RedisModule_GetServerVersion.map(|f| f()) }?;
+            // 0x00MMmmpp.
+            let byte = |shift: u32| u32::try_from((packed >> shift) & 0xff).ok();
+            Some((Flavor::Redis, byte(16)?, byte(8)?))
+        }
+        ("valkey", Some(version)) => {
+            let (major, minor) = major_minor(&version)?;
+            Some((Flavor::Valkey, major, minor))
+        }
+        _ => None,
+    }
+}
+
+/// `"9.1.2"` → `(9, 1)`.
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Subscribes to every event that may add a receiver; false when one subscription fails.
+fn subscribe_all(ctx: *mut raw::RedisModuleCtx) -> bool {
     // SAFETY: reading an API pointer Redis filled in before OnLoad.
     let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
-        return;
+        return false;
     };
     for id in [
         raw::REDISMODULE_EVENT_FORK_CHILD,
@@ -84,11 +225,10 @@ pub fn init(ctx: *mut raw::RedisModuleCtx) {
         };
         // SAFETY: OnLoad's context and a callback that lives as long as the module.
         if unsafe { subscribe(ctx, event, Some(on_event)) } != raw::Status::Ok as c_int {
-            return;
+            return false;
         }
     }
-    TRACKING.store(true, Ordering::Relaxed);
-    arm(ctx);
+    true
 }
 
 /// True unless Redis would drop what the running command propagates now.
@@ -210,5 +350,33 @@ fn nothing_can_receive(ctx: *mut raw::RedisModuleCtx) -> bool {
             && zero(c"replicas_waiting_psync", false);
         free(ctx, info);
         none
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_major_minor() {
+        assert_eq!(major_minor("9.1.2"), Some((9, 1)));
+        assert_eq!(major_minor("7.0"), Some((7, 0)));
+        assert_eq!(major_minor("10.12.0-rc1"), Some((10, 12)));
+        assert_eq!(major_minor("9"), None);
+        assert_eq!(major_minor("unstable"), None);
+    }
+
+    #[test]
+    fn gates_round_trip_through_their_byte() {
+        for g in [
+            Gate::On,
+            Gate::OffByArgument,
+            Gate::OffUnverifiedServer,
+            Gate::OffServerApi,
+            Gate::NotLoaded,
+        ] {
+            assert_eq!(Gate::from_u8(g as u8), g);
+        }
+        assert_eq!(Gate::from_u8(200), Gate::NotLoaded);
     }
 }

@@ -531,3 +531,83 @@ fn cluster_mode_always_builds_effects() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Whether this suite's server is one the gate was verified on: Redis 7.0.x or Valkey 9.1.x,
+/// read from `INFO server` independently of the module.
+fn verified_server(c: &mut Connection) -> bool {
+    let name = info_field(c, "server", "server_name");
+    let (flavor, version) = match name.as_deref() {
+        Some("valkey") => ("valkey", info_field(c, "server", "valkey_version")),
+        None | Some("redis") => ("redis", info_field(c, "server", "redis_version")),
+        Some(_) => return false,
+    };
+    let version = version.expect("a version in INFO server");
+    let major_minor: Vec<&str> = version.split('.').take(2).collect();
+    matches!(
+        (flavor, major_minor.as_slice()),
+        ("redis", ["7", "0"]) | ("valkey", ["9", "1"])
+    )
+}
+
+/// `INFO rl`'s gate fields: (`rl_skip_effects`, `rl_skip_effects_why`).
+fn gate(c: &mut Connection) -> (String, String) {
+    let on = info_field(c, "rl", "rl_skip_effects").expect("rl_skip_effects");
+    let why = info_field(c, "rl", "rl_skip_effects_why").expect("rl_skip_effects_why");
+    (on, why)
+}
+
+#[test]
+fn the_gate_is_on_by_default_only_on_verified_servers() {
+    let s = Server::start();
+    let mut c = s.conn();
+    if verified_server(&mut c) {
+        assert_eq!(gate(&mut c), ("1".into(), "verified_server".into()));
+        wait_until(60, "the module to see no receiver", || {
+            receivers(&mut c) == 0
+        });
+    } else {
+        assert_eq!(gate(&mut c), ("0".into(), "unverified_server".into()));
+    }
+    // `auto` is the default, in any case.
+    let auto = Server::start_with(&["skip-effects", "AUTO"]);
+    assert_eq!(gate(&mut auto.conn()), gate(&mut c));
+}
+
+#[test]
+fn skip_effects_no_always_builds_effects() {
+    let s = Server::start_with(&["skip-effects", "no"]);
+    let mut c = s.conn();
+    assert_eq!(gate(&mut c), ("0".into(), "module_argument".into()));
+    // A lone server, which the timer would clear within a second or two when the gate is on.
+    let until = Instant::now() + Duration::from_millis(3000);
+    while Instant::now() < until {
+        admit(&mut c, "k 5 1h");
+        assert_eq!(receivers(&mut c), 1, "effects are built");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_bad_module_argument_refuses_the_load() {
+    for (args, why) in [
+        (
+            &["skip-effects", "maybe"][..],
+            "redis-rl: skip-effects must be auto or no, not 'maybe'",
+        ),
+        (
+            &["skip-effects"][..],
+            "skip-effects must be auto or no, not ''",
+        ),
+        (
+            &["skip_effects", "no"][..],
+            "redis-rl: unknown module argument 'skip_effects'",
+        ),
+    ] {
+        let log = Server::refused_start(args);
+        assert!(log.contains(why), "{args:?}: no '{why}' in the log:\n{log}");
+        assert!(
+            log.contains("the module is not loaded"),
+            "{args:?}: the log does not say the module was refused:\n{log}"
+        );
+    }
+}

@@ -1,12 +1,14 @@
 //! A real `redis-server` (or `valkey-server`) with the freshly built module, for each test.
 //!
 //! The server binary is `$RL_SERVER` (default `redis-server` on the PATH); the module is
-//! `$RL_MODULE` or this build's `target/<profile>/librl.so`. Each server gets a free loopback
-//! port and its own directory, and is killed when dropped.
+//! `$RL_MODULE` or this build's `target/<profile>/librl.so`. Each server gets its own loopback
+//! port (see [`free_port`]) and directory, and is killed when dropped. Connections are retried
+//! and checked with PING, so a loaded machine slows the suite down rather than failing it.
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,11 +58,44 @@ pub fn is_valkey() -> bool {
     server_binary().contains("valkey")
 }
 
+/// Servers listen on `FIRST_PORT..FIRST_PORT + PORT_SPAN`; a cluster node also binds its bus on
+/// the port + 10000, which lands in the next span, so no server's port is another's bus. Both
+/// spans stay below Linux's ephemeral range (32768 and up), from which the kernel picks the
+/// local ports of outgoing connections.
+const FIRST_PORT: u16 = 12000;
+const PORT_SPAN: u16 = 10000;
+const BUS_OFFSET: u16 = 10000;
+/// Each test binary hands out ports from its own block, chosen by its pid, so binaries running
+/// at the same time rarely share one; a port still taken (by a server of another binary or
+/// anything else) is skipped, and a server that loses a race for its port is booted again on
+/// the next one.
+const BLOCK: u16 = 200;
+
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// True when both the port and its cluster bus port can be bound on 127.0.0.1 right now.
+fn port_is_free(port: u16) -> bool {
+    [port, port + BUS_OFFSET]
+        .iter()
+        .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+}
+
+/// A port no other server of this process was given recently (threads share the counter) and
+/// that is free now, together with its bus port.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+    let blocks = u32::from(PORT_SPAN / BLOCK);
+    let start = u32::from(FIRST_PORT) + std::process::id() % blocks * u32::from(BLOCK);
+    for _ in 0..BLOCK {
+        let n = NEXT_PORT.fetch_add(1, Ordering::SeqCst) % u32::from(BLOCK);
+        let port = u16::try_from(start + n).expect("ports stay below 22000");
+        if port_is_free(port) {
+            return port;
+        }
+    }
+    panic!(
+        "no free port (with its port + {BUS_OFFSET}) in {start}..{}",
+        start + u32::from(BLOCK)
+    );
 }
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -77,50 +112,57 @@ impl Server {
         Server::start_with(&[])
     }
 
-    /// Starts a server with extra `--name value` configuration.
+    /// Starts a server with extra `--name value` configuration. Words before the first `--name`
+    /// follow `--loadmodule librl.so` directly, so they are module arguments.
     pub fn start_with(extra: &[&str]) -> Server {
+        let mut server = Server::unstarted(extra);
+        server.boot(false);
+        server
+    }
+
+    /// Starts a server with `extra` configuration that must make it exit at startup (a module
+    /// argument it refuses, say), and returns its log. Panics if it answers PING instead.
+    pub fn refused_start(extra: &[&str]) -> String {
+        let mut server = Server::unstarted(extra);
+        for _attempt in 0..5 {
+            server.port = free_port();
+            server.spawn();
+            if server.wait_ready() {
+                panic!("the server started with {extra:?}; log:\n{}", server.log());
+            }
+            server.kill();
+            let log = server.log();
+            // Lost a race for the port: that is not the refusal asked for.
+            if !log.contains("Address already in use") {
+                return log;
+            }
+            let _ = std::fs::remove_file(server.dir.join("server.log"));
+        }
+        panic!("no free port to try {extra:?} on");
+    }
+
+    fn unstarted(extra: &[&str]) -> Server {
         let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test dir");
-        let mut server = Server {
+        Server {
             child: None,
             port: 0,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        server.boot();
-        server
+        }
     }
 
-    fn boot(&mut self) {
+    /// Starts the server, on a new port for each attempt unless `same_port` (a restart, whose
+    /// replicas and cluster peers know the port). An attempt fails when the process exits (a
+    /// port taken meanwhile) or never answers PING.
+    fn boot(&mut self, same_port: bool) {
         for _attempt in 0..5 {
-            if self.port == 0 || self.child.is_some() {
+            if !same_port || self.port == 0 {
                 self.port = free_port();
             }
-            let mut command = Command::new(server_binary());
-            command
-                .arg("--port")
-                .arg(self.port.to_string())
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args([
-                    "--enable-debug-command",
-                    "yes",
-                    "--enable-module-command",
-                    "yes",
-                ])
-                .arg("--dir")
-                .arg(&self.dir)
-                .arg("--logfile")
-                .arg(self.dir.join("server.log"))
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.extra)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = command.spawn().expect("cannot start the server binary");
-            self.child = Some(child);
+            self.spawn();
             if self.wait_ready() {
                 return;
             }
@@ -129,7 +171,32 @@ impl Server {
         panic!("server did not start; log:\n{}", self.log());
     }
 
-    /// Waits up to 10 s for PING to answer; false if the process died or never answered.
+    fn spawn(&mut self) {
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--enable-debug-command",
+                "yes",
+                "--enable-module-command",
+                "yes",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("server.log"))
+            .arg("--loadmodule")
+            .arg(module_path())
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(command.spawn().expect("cannot start the server binary"));
+    }
+
+    /// Waits up to 10 s for the server to answer; false if the process died or never answered.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -138,31 +205,80 @@ impl Server {
                     return false;
                 }
             }
-            if let Ok(mut c) = self.try_conn() {
-                if cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
+            if self.answers() {
+                return true;
             }
             sleep(Duration::from_millis(20));
         }
         false
     }
 
-    fn try_conn(&self) -> redis::RedisResult<Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        client.get_connection_with_timeout(Duration::from_secs(5))
+    /// True when this very server (its pid) answers on its port. A raw socket with timeouts:
+    /// a listener that accepts and never answers fails the probe instead of hanging it, and
+    /// another server that won a race for the port is not taken for this one.
+    fn answers(&self) -> bool {
+        let Some(pid) = self.pid() else {
+            return false;
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+        if s.write_all(b"INFO server\r\n").is_err() {
+            return false;
+        }
+        let want = format!("\r\nprocess_id:{pid}\r\n");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&got).contains(&want) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Connects and checks the connection with PING, retrying for up to 20 s: on a loaded
+    /// machine a server that has just answered PING may still reset a new connection.
+    fn connect(&self, url: &str) -> Connection {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut wait = Duration::from_millis(10);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            // Only the PING times out: tests may block longer on purpose.
+            let tried = redis::Client::open(url)
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+                .and_then(|c| c.set_read_timeout(Some(Duration::from_secs(5))).map(|_| c))
+                .and_then(|mut c| cmd("PING").query::<String>(&mut c).map(|_| c))
+                .and_then(|c| c.set_read_timeout(None).map(|_| c));
+            match tried {
+                Ok(c) => return c,
+                Err(e) if Instant::now() >= deadline => panic!(
+                    "cannot connect to {url} after {attempts} attempts: {e}; server log:\n{}",
+                    self.log()
+                ),
+                Err(_) => {
+                    sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
     }
 
     pub fn conn(&self) -> Connection {
-        self.try_conn().expect("connect")
+        self.connect(&format!("redis://127.0.0.1:{}/", self.port))
     }
 
     /// A RESP3 connection.
     pub fn conn3(&self) -> Connection {
-        let url = format!("redis://127.0.0.1:{}/?protocol=resp3", self.port);
-        redis::Client::open(url)
-            .and_then(|c| c.get_connection())
-            .expect("connect resp3")
+        self.connect(&format!("redis://127.0.0.1:{}/?protocol=resp3", self.port))
     }
 
     pub fn log(&self) -> String {
@@ -203,7 +319,16 @@ impl Server {
             let _ = child.wait();
         }
         self.extra.extend(extra.iter().map(|s| s.to_string()));
-        self.boot();
+        self.boot(true);
+    }
+
+    /// Kills the server with SIGKILL (no save, no last flush: only what it had already written
+    /// to its AOF or RDB survives) and starts it again on the same directory and port, with
+    /// `extra` configuration added.
+    pub fn crash_and_restart(&mut self, extra: &[&str]) {
+        self.kill();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self.boot(true);
     }
 
     /// Makes this server a replica of `primary` and waits until the link is up.

@@ -150,7 +150,7 @@ fn resp3_replies_are_maps_with_named_fields() {
             "remaining",
             "retry_after_ms",
             "reset_after_ms",
-            "limit"
+            "capacity"
         ]
     );
     let values: Vec<i64> = fields

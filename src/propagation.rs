@@ -68,8 +68,6 @@ static TRACKING: AtomicBool = AtomicBool::new(false);
 static GATE: AtomicU8 = AtomicU8::new(Gate::NotLoaded as u8);
 /// True while a timer is pending.
 static TIMER_ARMED: AtomicBool = AtomicBool::new(false);
-/// True when a gathered (batched) state was skipped since the batch started.
-static BATCH_SKIPPED: AtomicBool = AtomicBool::new(false);
 
 /// How often the timer looks at `INFO replication` while the flag is set.
 const PERIOD_MS: raw::mstime_t = 1000;
@@ -254,16 +252,6 @@ pub fn count_change(ctx: *mut raw::RedisModuleCtx) {
             verbatim(ctx);
         }
     }
-}
-
-/// Notes that a batched state was skipped: the batch then counts one change when flushed.
-pub fn skip_in_batch() {
-    BATCH_SKIPPED.store(true, Ordering::Relaxed);
-}
-
-/// Whether a batched state was skipped since the last call (and forgets it).
-pub fn take_batch_skipped() -> bool {
-    BATCH_SKIPPED.swap(false, Ordering::Relaxed)
 }
 
 /// For `INFO rl`: 1 while what the module propagates may have a receiver besides the AOF.

@@ -58,8 +58,15 @@ pub struct Call<'a> {
     batch: RefCell<Option<Batch>>,
 }
 
-/// Effects gathered during one call: (argument position of the key, encoded state).
-type Batch = SmallVec<[(usize, Encoded); 8]>;
+/// Effects gathered during one call.
+#[derive(Default)]
+struct Batch {
+    /// (argument position of the key, encoded state).
+    states: SmallVec<[(usize, Encoded); 8]>,
+    /// True when a state was not encoded because nothing could receive it: the batch still
+    /// counts the one change it would have propagated.
+    skipped: bool,
+}
 
 impl Call<'_> {
     /// The raw Redis string of argument `i` (0 is the command name).
@@ -73,7 +80,7 @@ impl Call<'_> {
 
     /// From now on, states written by this call are gathered instead of propagated one by one.
     pub fn start_batch(&self) {
-        *self.batch.borrow_mut() = Some(Batch::new());
+        *self.batch.borrow_mut() = Some(Batch::default());
     }
 
     /// Propagates the state of the key at argument `arg`, now or with the batch. A state nobody
@@ -81,9 +88,9 @@ impl Call<'_> {
     pub fn propagate_state(&self, arg: usize, limiter: &Limiter) {
         match self.batch.borrow_mut().as_mut() {
             Some(batch) if crate::propagation::wanted(self.ctx) => {
-                batch.push((arg, codec::encode(limiter)))
+                batch.states.push((arg, codec::encode(limiter)))
             }
-            Some(_) => crate::propagation::skip_in_batch(),
+            Some(batch) => batch.skipped = true,
             None => replicate::state(self.ctx, self.raw_arg(arg), limiter),
         }
     }
@@ -91,16 +98,18 @@ impl Call<'_> {
     /// Propagates the gathered states as one `RL.SETSTATE k1 p1 k2 p2 ...`, or counts the one
     /// change it would have counted when they were skipped.
     pub fn flush_batch(&self) {
-        if crate::propagation::take_batch_skipped() {
+        let Some(batch) = self.batch.borrow_mut().take() else {
+            return;
+        };
+        if batch.skipped {
             crate::propagation::count_change(self.ctx);
         }
-        if let Some(batch) = self.batch.borrow_mut().take() {
-            let states: SmallVec<[_; 8]> = batch
-                .iter()
-                .map(|(arg, encoded)| (self.raw_arg(*arg), encoded.as_bytes()))
-                .collect();
-            replicate::states(self.ctx, &states);
-        }
+        let states: SmallVec<[_; 8]> = batch
+            .states
+            .iter()
+            .map(|(arg, encoded)| (self.raw_arg(*arg), encoded.as_bytes()))
+            .collect();
+        replicate::states(self.ctx, &states);
     }
 
     /// True when Redis only asks where the keys are (commands flagged `getkeys-api`).

@@ -86,7 +86,7 @@ impl Key {
     }
 
     /// The limiter this key holds, `None` for an empty key, `WRONGTYPE` for any other value.
-    /// Changes made through it are stored when it is dropped.
+    /// Changes made through it are kept by `Held::commit` (the write path's step).
     pub fn limiter(&mut self) -> Result<Option<Held<'_>>, CmdError> {
         match self.kind() {
             Kind::Empty => Ok(None),

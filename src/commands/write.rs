@@ -1,6 +1,7 @@
 //! The one write path every command takes: load the key's limiter (or create one for an empty
-//! key), let the core change it, then finish: the key expires when its state is full again or
-//! goes when it equals an absent key, the change is signalled, and its effect propagates.
+//! key), let the core change it, then finish: the value is written back in its smallest form,
+//! the key expires when its state is full again or goes when it equals an absent key, the change
+//! is signalled, and its effect propagates.
 //!
 //! A change that changes nothing (a refusal, a dry run, a release of an unknown holder) stops
 //! after the core: no key is created, nothing is signalled or propagated.
@@ -54,7 +55,11 @@ pub fn update<T>(
                 stats::key_freed(before);
                 stats::key_created(limiter.algo());
             }
-            Ok((out, effect.map(|e| propagate(call, arg, &limiter, e))))
+            let fate = effect.map(|e| propagate(call, arg, &limiter, e));
+            if fate.is_some() {
+                limiter.commit();
+            }
+            Ok((out, fate))
         }
         None => Err(f),
     };
@@ -87,6 +92,7 @@ pub fn store(call: &Call<'_>, key: &mut Key, arg: usize, limiter: Limiter, effec
     let leftover = match key.limiter() {
         Ok(Some(mut existing)) if existing.algo() == limiter.algo() => {
             *existing = limiter;
+            existing.commit();
             None
         }
         _ => Some(limiter),

@@ -6,7 +6,8 @@
 //! microseconds times the limit), so such a key is one 16-byte [`Compact`] instead of a 64-byte
 //! limiter. Redis keeps one opaque pointer per value and never reads through it, so the pointer
 //! says which of the two it is: a `Compact` has its lowest bit set (both are 8-byte aligned).
-//! Commands still see a [`Limiter`]: [`Held`] unpacks it and packs it back when dropped.
+//! Commands still see a [`Limiter`]: [`Held`] unpacks it, and [`Held::commit`], the write
+//! path's last step, packs it back.
 
 use std::ffi::c_void;
 use std::mem;
@@ -20,7 +21,30 @@ use crate::core::error::Error;
 use crate::core::limiter::{Limiter, State};
 use crate::core::rule::{Algo, Rule};
 
+/// The bit of the pointer Redis keeps that marks a [`Compact`]; only [`tag`] sets it and only
+/// [`untag`] reads it.
 const COMPACT: usize = 1;
+
+/// The pointer Redis keeps for a compact value.
+fn tag(compact: Compact) -> *mut c_void {
+    Box::into_raw(Box::new(compact))
+        .map_addr(|a| a | COMPACT)
+        .cast()
+}
+
+/// What a pointer made by [`into_raw`] (or [`tag`]) points to.
+enum Raw {
+    Compact(*mut Compact),
+    Full(*mut Limiter),
+}
+
+fn untag(raw: *mut c_void) -> Raw {
+    if raw.addr() & COMPACT != 0 {
+        Raw::Compact(raw.map_addr(|a| a & !COMPACT).cast())
+    } else {
+        Raw::Full(raw.cast())
+    }
+}
 
 /// A gcra TAT in 96 bits and the id of its rule.
 #[derive(Debug, Clone)]
@@ -79,9 +103,7 @@ pub enum Value<'a> {
 /// The pointer Redis keeps for `limiter`, in its smallest form.
 pub fn into_raw(limiter: Limiter) -> *mut c_void {
     match Compact::pack(&limiter) {
-        Some(compact) => Box::into_raw(Box::new(compact))
-            .map_addr(|a| a | COMPACT)
-            .cast(),
+        Some(compact) => tag(compact),
         None => Box::into_raw(Box::new(limiter)).cast(),
     }
 }
@@ -91,10 +113,9 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 /// # Safety
 /// `raw` comes from [`into_raw`], is not freed, and nothing else borrows it for `'a`.
 pub unsafe fn from_raw<'a>(raw: *mut c_void) -> Value<'a> {
-    if raw.addr() & COMPACT != 0 {
-        Value::Compact(&mut *raw.map_addr(|a| a & !COMPACT).cast::<Compact>())
-    } else {
-        Value::Full(&mut *raw.cast::<Limiter>())
+    match untag(raw) {
+        Raw::Compact(compact) => Value::Compact(&mut *compact),
+        Raw::Full(limiter) => Value::Full(&mut *limiter),
     }
 }
 
@@ -103,13 +124,12 @@ pub unsafe fn from_raw<'a>(raw: *mut c_void) -> Value<'a> {
 /// # Safety
 /// `raw` comes from [`into_raw`] and is not used again.
 pub unsafe fn free_raw(raw: *mut c_void) -> Algo {
-    if raw.addr() & COMPACT != 0 {
-        drop(Box::from_raw(
-            raw.map_addr(|a| a & !COMPACT).cast::<Compact>(),
-        ));
-        Algo::Gcra
-    } else {
-        Box::from_raw(raw.cast::<Limiter>()).algo()
+    match untag(raw) {
+        Raw::Compact(compact) => {
+            drop(Box::from_raw(compact));
+            Algo::Gcra
+        }
+        Raw::Full(limiter) => Box::from_raw(limiter).algo(),
     }
 }
 
@@ -132,9 +152,7 @@ impl<'a> Value<'a> {
     /// A new pointer holding a copy of this value.
     pub fn copy_raw(&self) -> *mut c_void {
         match self {
-            Value::Compact(c) => Box::into_raw(Box::new((*c).clone()))
-                .map_addr(|a| a | COMPACT)
-                .cast(),
+            Value::Compact(c) => tag((*c).clone()),
             Value::Full(limiter) => Box::into_raw(Box::new((*limiter).clone())).cast(),
         }
     }
@@ -148,7 +166,7 @@ impl<'a> Value<'a> {
     }
 
     /// The limiter of the open `key` this value belongs to, to read or change; changes are
-    /// kept when the [`Held`] is dropped, repacking the value when its shape changed.
+    /// kept by [`Held::commit`], which repacks the value when its shape changed.
     pub fn hold(self, key: *mut raw::RedisModuleKey) -> Result<Held<'a>, Error> {
         Ok(match self {
             Value::Compact(compact) => {
@@ -171,7 +189,7 @@ pub enum Held<'a> {
         key: *mut raw::RedisModuleKey,
         limiter: &'a mut Limiter,
     },
-    /// Unpacked from `compact`, whose rule was `rule`; packed back on drop.
+    /// Unpacked from `compact`, whose rule was `rule`; packed back by `commit`.
     Unpacked {
         key: *mut raw::RedisModuleKey,
         compact: &'a mut Compact,
@@ -200,8 +218,11 @@ impl DerefMut for Held<'_> {
     }
 }
 
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
+impl Held<'_> {
+    /// Writes a changed limiter back to the key, in its smallest form: the write step of every
+    /// change (dropping a `Held` without it keeps the value as it was, which is what a refusal
+    /// or a dry run wants; a boxed limiter is changed in place either way).
+    pub fn commit(self) {
         match self {
             Held::Unpacked {
                 key,
@@ -209,9 +230,9 @@ impl Drop for Held<'_> {
                 limiter,
                 rule,
             } => {
-                if let Some(tat) = packable_tat(limiter) {
+                if let Some(tat) = packable_tat(&limiter) {
                     // The common case: same rule, new TAT, written in place.
-                    if limiter.rule() == rule {
+                    if *limiter.rule() == rule {
                         compact.set_tat(tat);
                         return;
                     }
@@ -221,14 +242,12 @@ impl Drop for Held<'_> {
                         return;
                     }
                 }
-                let limiter = mem::replace(limiter, Limiter::new(Algo::Gcra, *rule));
-                replace(*key, Box::into_raw(Box::new(limiter)).cast());
+                replace(key, Box::into_raw(Box::new(limiter)).cast());
             }
             // A boxed gcra limiter whose last reservation went packs now.
             Held::Boxed { key, limiter } => {
                 if let Some(compact) = Compact::pack(limiter) {
-                    let new = Box::into_raw(Box::new(compact)).map_addr(|a| a | COMPACT);
-                    replace(*key, new.cast());
+                    replace(key, tag(compact));
                 }
             }
         }

@@ -154,7 +154,7 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
 
 # ---------------------------------------------------------------------------------------------
 # Who can receive the module's effects: REPLICA=1 attaches a replica, else the server stays
-# alone (src/propagation.rs: the module builds an effect only while rl_replication_receivers
+# alone (src/skip_effects.rs: the module builds an effect only while rl_replication_receivers
 # is 1, or while the AOF is on, which it never is here).
 # ---------------------------------------------------------------------------------------------
 receivers() { info_field cli rl rl_replication_receivers; }

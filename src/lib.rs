@@ -2,7 +2,7 @@
 //!
 //! `core` (the `redis-rl-core` crate) is the pure arithmetic; `state` the native type and its
 //! encoding; `commands` the glue that parses, calls the core, writes, replicates (`replicate`,
-//! skipped when `propagation` sees that nothing can receive it) and replies.
+//! skipped when `skip_effects` sees that nothing can receive it) and replies.
 
 // A panic aborts Redis with every user's data: outside tests, nothing may unwrap, index or panic.
 #![cfg_attr(
@@ -25,9 +25,9 @@ pub mod commands;
 pub use rl_core as core;
 #[cfg(test)]
 mod fuzz;
-pub mod info;
-pub mod propagation;
+pub mod info_section;
 pub mod replicate;
+pub mod skip_effects;
 pub mod state;
 pub mod stats;
 
@@ -56,7 +56,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A slot migration copies keys as the AOF rewrite does (`aof_rewrite`: `RL.SETSTATE`, then
     // the expiry), then streams the writes of the moving slots: the effects this module
     // propagates, which Valkey routes by the slot of their declared keys (`RL.SETSTATE`'s are
-    // at 1, 3, 5...) and which cluster mode always builds (see `propagation`). Nothing here
+    // at 1, 3, 5...) and which cluster mode always builds (see `skip_effects`). Nothing here
     // depends on which node owns a slot, so keys that arrive before the slot are ordinary keys.
     if valkey_with_atomic_slot_migration(ctx.ctx) {
         options |= VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION;
@@ -66,10 +66,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
             set_options(ctx.ctx, options);
         }
-        raw::register_info_function(ctx.ctx, Some(info::section));
+        raw::register_info_function(ctx.ctx, Some(info_section::section));
     }
     // Effects are built only while something can receive them (unless the operator said no).
-    propagation::init(ctx.ctx, skip_effects);
+    skip_effects::init(ctx.ctx, skip_effects);
     match commands::register(ctx.ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {

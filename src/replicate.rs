@@ -5,14 +5,14 @@
 //! it applies the stream. Commands that change nothing call nothing here, so they propagate
 //! nothing.
 //!
-//! Every function but [`verbatim`] first asks [`propagation::wanted`]: when Redis would drop the
+//! Every function but [`verbatim`] first asks [`skip_effects::wanted`]: when Redis would drop the
 //! command (no AOF, no replica, no backlog), it is not built, and only the change is counted.
 
 use redis_module::raw;
 use smallvec::SmallVec;
 
 use crate::core::limiter::Limiter;
-use crate::propagation;
+use crate::skip_effects;
 use crate::state::{codec, SETSTATE};
 
 /// Propagates `RL.SETSTATE key <payload>` for the limiter just written. The expiry is not sent:
@@ -131,10 +131,10 @@ pub fn deleted(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) 
 
 /// True when Redis would drop what the command propagates now: the change is then only counted.
 fn skipped(ctx: *mut raw::RedisModuleCtx) -> bool {
-    if propagation::wanted(ctx) {
+    if skip_effects::wanted(ctx) {
         return false;
     }
-    propagation::count_change(ctx);
+    skip_effects::count_change(ctx);
     true
 }
 

@@ -8,7 +8,7 @@
 pub mod admit;
 pub mod docs;
 pub mod grant;
-pub mod inspect;
+pub mod info;
 mod key;
 pub mod lease;
 pub mod multi;
@@ -84,10 +84,10 @@ impl Call<'_> {
     }
 
     /// Propagates the state of the key at argument `arg`, now or with the batch. A state nobody
-    /// can receive is not encoded (see `propagation`); the batch then only counts a change.
+    /// can receive is not encoded (see `skip_effects`); the batch then only counts a change.
     pub fn propagate_state(&self, arg: usize, limiter: &Limiter) {
         match self.batch.borrow_mut().as_mut() {
-            Some(batch) if crate::propagation::wanted(self.ctx) => {
+            Some(batch) if crate::skip_effects::wanted(self.ctx) => {
                 batch.states.push((arg, codec::encode(limiter)))
             }
             Some(batch) => batch.skipped = true,
@@ -102,7 +102,7 @@ impl Call<'_> {
             return;
         };
         if batch.skipped {
-            crate::propagation::count_change(self.ctx);
+            crate::skip_effects::count_change(self.ctx);
         }
         let states: SmallVec<[_; 8]> = batch
             .states
@@ -322,7 +322,7 @@ pub static COMMANDS: [Command; 11] = [
     },
     Command {
         name: c"RL.INFO",
-        callback: callback!(inspect::run),
+        callback: callback!(info::run),
         flags: c"readonly fast",
         keys: Keys::First(docs::KEY_RO_ACCESS),
         arity: 2,

@@ -95,7 +95,7 @@ fn packable_tat(limiter: &Limiter) -> Option<u128> {
 }
 
 /// A value, seen through the pointer Redis keeps.
-pub enum Value<'a> {
+pub enum Stored<'a> {
     Compact(&'a mut Compact),
     Full(&'a mut Limiter),
 }
@@ -112,10 +112,10 @@ pub fn into_raw(limiter: Limiter) -> *mut c_void {
 ///
 /// # Safety
 /// `raw` comes from [`into_raw`], is not freed, and nothing else borrows it for `'a`.
-pub unsafe fn from_raw<'a>(raw: *mut c_void) -> Value<'a> {
+pub unsafe fn from_raw<'a>(raw: *mut c_void) -> Stored<'a> {
     match untag(raw) {
-        Raw::Compact(compact) => Value::Compact(&mut *compact),
-        Raw::Full(limiter) => Value::Full(&mut *limiter),
+        Raw::Compact(compact) => Stored::Compact(&mut *compact),
+        Raw::Full(limiter) => Stored::Full(&mut *limiter),
     }
 }
 
@@ -133,35 +133,35 @@ pub unsafe fn free_raw(raw: *mut c_void) -> Algo {
     }
 }
 
-impl<'a> Value<'a> {
+impl<'a> Stored<'a> {
     pub fn algo(&self) -> Algo {
         match self {
-            Value::Compact(_) => Algo::Gcra,
-            Value::Full(limiter) => limiter.algo(),
+            Stored::Compact(_) => Algo::Gcra,
+            Stored::Full(limiter) => limiter.algo(),
         }
     }
 
     /// Runs `f` on the limiter this value holds.
     pub fn with<T>(&self, f: impl FnOnce(&Limiter) -> T) -> Result<T, Error> {
         match self {
-            Value::Compact(c) => Ok(f(&c.unpack()?.0)),
-            Value::Full(limiter) => Ok(f(limiter)),
+            Stored::Compact(c) => Ok(f(&c.unpack()?.0)),
+            Stored::Full(limiter) => Ok(f(limiter)),
         }
     }
 
     /// A new pointer holding a copy of this value.
     pub fn copy_raw(&self) -> *mut c_void {
         match self {
-            Value::Compact(c) => tag((*c).clone()),
-            Value::Full(limiter) => Box::into_raw(Box::new((*limiter).clone())).cast(),
+            Stored::Compact(c) => tag((*c).clone()),
+            Stored::Full(limiter) => Box::into_raw(Box::new((*limiter).clone())).cast(),
         }
     }
 
     /// Bytes this value holds (`MEMORY USAGE`); the interned rule is shared, so not counted.
     pub fn bytes(&self) -> usize {
         match self {
-            Value::Compact(_) => mem::size_of::<Compact>(),
-            Value::Full(limiter) => mem::size_of::<Limiter>() + limiter.heap_bytes(),
+            Stored::Compact(_) => mem::size_of::<Compact>(),
+            Stored::Full(limiter) => mem::size_of::<Limiter>() + limiter.heap_bytes(),
         }
     }
 
@@ -169,7 +169,7 @@ impl<'a> Value<'a> {
     /// kept by [`Held::commit`], which repacks the value when its shape changed.
     pub fn hold(self, key: *mut raw::RedisModuleKey) -> Result<Held<'a>, Error> {
         Ok(match self {
-            Value::Compact(compact) => {
+            Stored::Compact(compact) => {
                 let (limiter, rule) = compact.unpack()?;
                 Held::Unpacked {
                     key,
@@ -178,7 +178,7 @@ impl<'a> Value<'a> {
                     rule,
                 }
             }
-            Value::Full(limiter) => Held::Boxed { key, limiter },
+            Stored::Full(limiter) => Held::Boxed { key, limiter },
         })
     }
 }
@@ -292,7 +292,7 @@ mod tests {
             let v = from_raw(raw);
             let out = (
                 v.with(Clone::clone).unwrap(),
-                matches!(v, Value::Compact(_)),
+                matches!(v, Stored::Compact(_)),
             );
             let full = mem::size_of::<Limiter>() + l.heap_bytes();
             assert_eq!(v.bytes(), if out.1 { 16 } else { full });

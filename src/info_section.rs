@@ -24,10 +24,10 @@ pub unsafe extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_re
         let rules = i64::try_from(crate::state::rules::count()).unwrap_or(i64::MAX);
         raw::add_info_field_long_long(ctx, "rules", rules);
     }
-    let receivers = i64::from(crate::propagation::receivers());
+    let receivers = i64::from(crate::skip_effects::receivers());
     raw::add_info_field_long_long(ctx, "replication_receivers", receivers);
-    let gate = crate::propagation::gate();
-    let on = i64::from(gate == crate::propagation::Gate::On);
+    let gate = crate::skip_effects::gate();
+    let on = i64::from(gate == crate::skip_effects::Gate::On);
     raw::add_info_field_long_long(ctx, "skip_effects", on);
     raw::add_info_field_str(ctx, "skip_effects_why", gate.name());
 }

@@ -56,7 +56,7 @@ sanity() { # $1: label, $2: calls that must be admitted, $3: reply field 1 when 
     [[ $yes == 0 || $out == 0\ 0\ * ]] || die "$label: the refusal should leave 0 remaining"
 }
 log "== sanity"
-log "   P-READ (2 per 1s, BURST 20: 20 at once, then refused; reply: allowed remaining retry reset limit)"
+log "   a per-user read bucket (2 per 1s, BURST 20: 20 at once, then refused; reply: allowed remaining retry reset limit)"
 sanity rl-gcra 20 1 RL.ADMIT KEY 2 1s BURST 20
 sanity rl-bucket 20 1 RL.ADMIT KEY 2 1s BURST 20 ALGO bucket
 sanity lua 20 1 EVALSHA "$SHA" 1 KEY 2 1000000 20 1

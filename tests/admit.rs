@@ -1,4 +1,4 @@
-//! RL.ADMIT against a real server: the seeds' worked examples, reply fields, TTLs, DRYRUN,
+//! RL.ADMIT against a real server: commands.md's worked examples, reply fields, TTLs, DRYRUN,
 //! RESP3, MULTI/EXEC and Lua.
 
 mod common;

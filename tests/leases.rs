@@ -143,7 +143,7 @@ fn a_thousand_slots_stay_fast_and_exact() {
 }
 
 #[test]
-fn reserve_then_settle_the_seeds_exports() {
+fn reserve_then_settle_exports_of_unknown_cost() {
     let s = Server::start();
     let mut c = s.conn();
     let key = "u:17";
@@ -265,7 +265,7 @@ fn grants_are_partial_when_less_is_available() {
     assert!(w[2] <= 3_600_000, "clamped to the window end: {w:?}");
 }
 
-/// The seeds' hot key: 100 gateways spending leased chunks of a 40,000 per second limit.
+/// A hot key: 100 gateways spending leased chunks of a 40,000 per second limit.
 #[test]
 fn one_hundred_gateways_call_the_store_hundreds_of_times_a_second() {
     let s = Server::start();

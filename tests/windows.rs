@@ -1,4 +1,4 @@
-//! ALGO window, sliding and log through the server: the seeds' numbers, TTLs, the log's bound.
+//! ALGO window, sliding and log through the server: commands.md's worked examples, TTLs, the log's bound.
 
 mod common;
 use common::*;
@@ -37,7 +37,7 @@ fn burst(c: &mut Connection, line: &str, n: usize) -> Vec<Vec<i64>> {
 fn p_anon_window_admits_the_boundary_doubling() {
     let s = Server::start();
     let mut c = s.conn();
-    // P-ANON scaled to 1 s windows: 20 at 0.9 s into a window, 20 at 0.1 s into the next.
+    // Anonymous clients per IP address (20 per 10 s) scaled to 1 s windows: 20 at 0.9 s into a window, 20 at 0.1 s into the next.
     sleep_until_phase(&mut c, 1_000_000, 900_000);
     let first = burst(&mut c, "ip:1 20 1s ALGO window", 21);
     assert!(first[..20].iter().all(|r| r[0] == 1));

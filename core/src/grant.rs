@@ -110,7 +110,7 @@ mod tests {
         assert_eq!((c.granted, c.remaining), (0, 0));
     }
 
-    /// The seeds' hot key: P-GLOBAL, 40,000 per second across 100 gateways, offered exactly
+    /// A hot key: a global limit of 40,000 per second across 100 gateways, offered exactly
     /// that. Each gateway leases chunks of 100 valid for 250 ms and spends them locally; after
     /// an empty grant it refuses locally for 10 ms (the client's negative cache).
     #[test]

@@ -907,7 +907,7 @@ mod hints {
 #[cfg(test)]
 mod size {
     /// Every key pays for this (plus Redis's own overhead): keep it within jemalloc's 64-byte
-    /// size class. Documented in commands.md.
+    /// size class. Documented in docs/internals.md.
     #[test]
     fn a_limiter_is_64_bytes() {
         assert_eq!(std::mem::size_of::<super::Limiter>(), 64);

@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn refuses_what_the_sliding_estimate_admits() {
-        // P-ANON's numbers: 20 per 10 s; 18 requests arrive in the previous window's final
+        // Anonymous clients limited per IP address to 20 per 10 s; 18 requests arrive in the previous window's final
         // second, then requests keep coming 2.5 s into the new window.
         let rule = Rule::new(Algo::Log, 20, 10 * S, None).unwrap();
         let sliding = Rule::new(Algo::Sliding, 20, 10 * S, None).unwrap();

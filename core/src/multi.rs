@@ -115,7 +115,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_three_rules() {
+    fn user_tenant_and_route_rules() {
         let r = parse(
             "RL.MULTI 3 {t:atlas}:u17 {t:atlas} {t:atlas}:catalog \
              RULE user 2 1s BURST 20 RULE tenant 1000 1m RULE route 500 1s COST 2 ALGO window DRYRUN",

@@ -116,8 +116,8 @@ mod tests {
     const T0: u64 = 1_764_000_000 * S;
     const HOUR: u64 = 3600 * S;
 
-    /// P-READ's bucket: capacity 20, 2 per second.
-    fn p_read(algo: Algo) -> (Limiter, Rule) {
+    /// A per-user read bucket: capacity 20, refilled at 2 per second.
+    fn read_bucket(algo: Algo) -> (Limiter, Rule) {
         let rule = Rule::new(algo, 2, S, Some(20)).unwrap();
         (Limiter::new(algo, rule), rule)
     }
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn an_export_that_cost_14_debits_4_more() {
         for algo in [Algo::Gcra, Algo::Bucket] {
-            let (mut l, rule) = p_read(algo);
+            let (mut l, rule) = read_bucket(algo);
             let (d, _) = l
                 .reserve(algo, rule, 10, b"exp-1", HOUR, T0, false)
                 .unwrap();
@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn an_export_that_cost_6_credits_4_but_never_above_capacity() {
         for algo in [Algo::Gcra, Algo::Bucket] {
-            let (mut l, rule) = p_read(algo);
+            let (mut l, rule) = read_bucket(algo);
             l.reserve(algo, rule, 10, b"exp-2", HOUR, T0, false)
                 .unwrap();
             let (s, _) = l.settle(b"exp-2", 6, T0).unwrap();
@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn debt_refuses_until_refill_repays_it_and_is_bounded_by_the_capacity() {
         for algo in [Algo::Gcra, Algo::Bucket] {
-            let (mut l, rule) = p_read(algo);
+            let (mut l, rule) = read_bucket(algo);
             l.reserve(algo, rule, 20, b"big", HOUR, T0, false).unwrap();
             // Actual 100: the balance stops at -20 (minus the capacity), so 20 of the 80 apply.
             let (s, _) = l.settle(b"big", 100, T0).unwrap();
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_retried_reserve_replies_the_original_without_spending() {
-        let (mut l, rule) = p_read(Algo::Gcra);
+        let (mut l, rule) = read_bucket(Algo::Gcra);
         let (first, changed) = l
             .reserve(Algo::Gcra, rule, 5, b"r", HOUR, T0, false)
             .unwrap();
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_refused_reserve_is_not_remembered() {
-        let (mut l, rule) = p_read(Algo::Bucket);
+        let (mut l, rule) = read_bucket(Algo::Bucket);
         l.admit(Algo::Bucket, rule, 18, T0, false).unwrap();
         let (d, changed) = l
             .reserve(Algo::Bucket, rule, 10, b"r", HOUR, T0, false)

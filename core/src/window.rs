@@ -98,7 +98,7 @@ impl Sliding {
         }
     }
 
-    /// `previous × unelapsed + current × period`, compared with `limit × period`: the seeds'
+    /// `previous × unelapsed + current × period`, compared with `limit × period`: the usual
     /// estimate `previous × (1 − elapsed/period) + current` multiplied through by `period`.
     fn weighted(&self, rule: &Rule, elapsed: u64, current: u64) -> u128 {
         let period = u128::from(rule.period_us());
@@ -224,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn sliding_seeds_estimate_18_5_admits_one_more() {
+    fn sliding_estimate_18_5_admits_one_more() {
         let r = Rule::new(Algo::Sliding, 20, 10 * S, None).unwrap();
         let s = Sliding {
             start_us: T0,

@@ -17,16 +17,15 @@
     )
 )]
 
-pub mod admit;
 #[cfg(test)]
 mod equivalence;
 pub mod error;
 pub mod grant;
 pub mod limiter;
 pub mod log;
-pub mod multi;
 pub mod parse;
 pub mod rate;
+pub mod request;
 pub mod reserve;
 pub mod rule;
 pub mod semaphore;

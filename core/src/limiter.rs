@@ -3,11 +3,10 @@
 //! This is the value a key holds. Every algorithm's state is a variant of [`State`], so one Redis
 //! type carries all of them and one codec persists them.
 
-use super::admit::MAX_KEEP_US;
 use super::error::Error;
 use super::log::Log;
 use super::rate::{self, Decision};
-use super::reserve::{Reservation, Reservations, Settlement};
+use super::reserve::{Reservation, Reservations, Settlement, MAX_KEEP_US};
 use super::rule::{
     Algo, Family, Rule, MAX_CLOCK_SKEW_US, MAX_COUNT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
 };
@@ -54,16 +53,6 @@ pub struct Limiter {
     /// Reservations of `RESERVE` (gcra and bucket only); boxed so that keys without any stay
     /// small.
     reservations: Option<Box<Reservations>>,
-}
-
-/// What `RL.GRANT` leased.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    pub granted: u64,
-    pub remaining: u64,
-    pub valid_us: u64,
-    /// 0 when something was granted; otherwise when one unit will be available.
-    pub retry_after_us: u64,
 }
 
 impl Limiter {
@@ -185,7 +174,7 @@ impl Limiter {
     /// written, which is at most a full debt and a full capacity ahead; 0 for semaphores, whose
     /// times are deadlines). A clock that stepped back before it reads as this instant: the
     /// key's own time line, on which nothing is minted and a debt is never forgiven.
-    fn time_floor(&self) -> u64 {
+    pub(crate) fn time_floor(&self) -> u64 {
         match &self.state {
             State::Gcra { tat } => {
                 let written = tat.get() - 2 * rate::capacity(&self.rule);
@@ -510,41 +499,6 @@ impl Limiter {
         Some((s, true))
     }
 
-    /// `RL.GRANT`: spends as many as are available now, up to `want`, in one decision. The
-    /// grant may be spent for `ttl_us`, or until the window ends for `window`.
-    pub fn grant(
-        &mut self,
-        algo: Algo,
-        rule: Rule,
-        want: u64,
-        ttl_us: u64,
-        now_us: u64,
-    ) -> Result<Grant, Error> {
-        let available = self.admit(algo, rule, 0, now_us, true)?.remaining;
-        let granted = available.min(want);
-        let (remaining, retry_after_us) = if granted > 0 {
-            (self.admit(algo, rule, granted, now_us, false)?.remaining, 0)
-        } else {
-            let one = self.admit(algo, rule, 1, now_us, true)?;
-            (available, one.retry_after_us)
-        };
-        let valid_us = match algo {
-            Algo::Window => {
-                // The window the grant was counted in, on the key's own time line.
-                let at = now_us.max(self.time_floor());
-                let end = window_start(at, rule.period_us()).saturating_add(rule.period_us());
-                ttl_us.min(end.saturating_sub(now_us))
-            }
-            _ => ttl_us,
-        };
-        Ok(Grant {
-            granted,
-            remaining,
-            valid_us,
-            retry_after_us,
-        })
-    }
-
     /// The state as a decision of cost 0: what is available now, nothing spent.
     pub fn peek(&mut self, now_us: u64) -> Decision {
         let rule = self.rule;
@@ -820,20 +774,6 @@ mod hints {
                 }
             }
         }
-    }
-
-    #[test]
-    fn an_empty_grant_says_when_to_come_back() {
-        let r = Rule::new(Algo::Gcra, 2, S, Some(4)).unwrap();
-        let mut l = Limiter::new(Algo::Gcra, r);
-        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
-        assert_eq!((g.granted, g.remaining, g.retry_after_us), (4, 0, 0));
-        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
-        assert_eq!((g.granted, g.retry_after_us), (0, 500_000));
-        assert_eq!(
-            l.grant(Algo::Gcra, r, 10, S, T0 + 500_000).unwrap().granted,
-            1
-        );
     }
 
     #[test]

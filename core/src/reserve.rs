@@ -6,10 +6,16 @@
 
 use std::collections::BTreeMap;
 
+use crate::parse::DAY_US;
+
 /// Longest reservation id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 /// Most reservations one key keeps at once.
 pub const MAX_RESERVATIONS: usize = 10_000;
+/// How long a reservation is kept when `KEEP` is not given.
+pub const DEFAULT_KEEP_US: u64 = 3600 * 1_000_000;
+/// Longest `KEEP`.
+pub const MAX_KEEP_US: u64 = 7 * DAY_US;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settlement {

@@ -4,10 +4,10 @@
 use super::reply::int;
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::admit::parse_admit;
 use crate::core::error::Error;
 use crate::core::limiter::Limiter;
 use crate::core::rate::Decision;
+use crate::core::request::admit::parse_admit;
 use crate::core::rule::{Algo, Rule};
 use crate::replicate;
 use crate::stats;

@@ -2,10 +2,9 @@
 
 use smallvec::SmallVec;
 
-use super::admit::{set_once, RuleOptions};
-use super::error::{printable, Error};
-use super::parse::parse_count;
-use super::rule::{Algo, Rule};
+use crate::error::{printable, Error};
+use crate::parse::{parse_count, set_once, RuleOptions};
+use crate::rule::{Algo, Rule};
 
 /// Most keys one `RL.MULTI` call may check.
 pub const MAX_MULTI_KEYS: u64 = 32;

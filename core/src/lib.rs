@@ -17,17 +17,20 @@
     )
 )]
 
+pub mod bucket;
 #[cfg(test)]
 mod equivalence;
 pub mod error;
+pub mod gcra;
 pub mod grant;
 pub mod limiter;
 pub mod log;
 pub mod parse;
 pub mod rate;
 pub mod request;
-pub mod reserve;
+pub mod reservations;
 pub mod rule;
 pub mod semaphore;
+pub mod sliding;
 pub mod throttle;
 pub mod window;

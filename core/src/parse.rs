@@ -5,7 +5,7 @@
 //! and never allocates on the success path.
 
 use crate::error::Error;
-use crate::reserve::MAX_ID_LEN;
+use crate::reservations::MAX_ID_LEN;
 use crate::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 
 /// Microseconds in each duration unit.

@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Error;
-use crate::rule::{MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+use crate::limiter::{Limiter, State};
+use crate::rule::{Algo, Rule, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
 
 /// Longest holder id, in bytes.
 pub const MAX_HOLDER_LEN: usize = 256;
@@ -218,9 +219,85 @@ impl Semaphore {
         self.leases.len()
     }
 
+    /// Why no command could have written this semaphore: more leases than any capacity.
+    pub(crate) fn refused(&self) -> Option<&'static str> {
+        (self.len() > MAX_SEMAPHORE_CAPACITY as usize)
+            .then_some("semaphore holds more leases than the largest capacity")
+    }
+
+    /// Why no command on a clock before `horizon_us` could have written this semaphore: a lease
+    /// ends later than the longest lease from then.
+    pub(crate) fn ahead(&self, horizon_us: u64) -> Option<&'static str> {
+        (self.full_at_us() > horizon_us.saturating_add(MAX_PERIOD_US))
+            .then_some("lease expiry is ahead of the server's clock")
+    }
+
     /// Approximate heap bytes: each lease's holder is kept twice, in two B-tree nodes.
     pub fn heap_bytes(&self) -> usize {
         self.leases.keys().map(|h| 2 * (h.len() + 48)).sum()
+    }
+}
+
+impl Limiter {
+    fn semaphore(&mut self) -> Result<&mut Semaphore, Error> {
+        let stored = self.algo().name();
+        match &mut self.state {
+            State::Semaphore(s) => Ok(s),
+            _ => Err(Error::AlgoMismatch {
+                stored,
+                asked: Algo::Semaphore.name(),
+            }),
+        }
+    }
+
+    /// `RL.ACQUIRE`: a slot of `rule.limit()` for `rule.period_us()`. Changes nothing when
+    /// refused or `dry`.
+    pub fn acquire(
+        &mut self,
+        rule: Rule,
+        holder: Option<&[u8]>,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<Acquire, Error> {
+        let s = self.semaphore()?;
+        let a = s.acquire(rule.limit(), rule.period_us(), holder, now_us, dry);
+        if a.acquired && !dry {
+            self.rule = rule;
+        }
+        Ok(a)
+    }
+
+    /// The semaphore's next generated-id sequence number (0 for other algorithms).
+    pub fn next_lease_id(&self) -> u64 {
+        match &self.state {
+            State::Semaphore(s) => s.next_id(),
+            _ => 0,
+        }
+    }
+
+    /// Replays a semaphore write (see `Semaphore::apply`) under `rule`.
+    pub fn apply_lease(
+        &mut self,
+        rule: Rule,
+        holder: &[u8],
+        expiry_us: u64,
+        now_us: u64,
+        next_id: u64,
+    ) -> Result<(), Error> {
+        self.semaphore()?
+            .apply(holder, expiry_us, now_us, next_id)?;
+        self.rule = rule;
+        Ok(())
+    }
+
+    /// `RL.RELEASE`: true when `holder` held a slot, which is now free.
+    pub fn release(&mut self, holder: &[u8], now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.release(holder, now_us))
+    }
+
+    /// `RL.RENEW`: true when `holder`'s live lease now lasts `lease_us` from now.
+    pub fn renew(&mut self, holder: &[u8], lease_us: u64, now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.renew(holder, lease_us, now_us))
     }
 }
 

@@ -6,7 +6,7 @@ use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
 use crate::core::parse::{parse_count, parse_id};
-use crate::core::reserve::Settlement;
+use crate::core::reservations::Settlement;
 use crate::core::rule::MAX_COUNT;
 use crate::stats;
 

@@ -2,7 +2,7 @@
 
 use crate::error::{printable, Error};
 use crate::parse::{parse_duration, parse_id, set_once, RuleOptions};
-use crate::reserve::{DEFAULT_KEEP_US, MAX_KEEP_US};
+use crate::reservations::{DEFAULT_KEEP_US, MAX_KEEP_US};
 use crate::rule::{Algo, Family, Rule};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

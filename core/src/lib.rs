@@ -25,6 +25,7 @@ pub mod gcra;
 pub mod grant;
 pub mod limiter;
 pub mod log;
+pub mod multi;
 pub mod parse;
 pub mod rate;
 pub mod request;

@@ -4,11 +4,12 @@
 
 use proptest::prelude::*;
 
-use crate::core::admit::parse_admit;
-use crate::core::grant::parse_grant;
-use crate::core::multi::parse_multi;
-use crate::core::semaphore::{parse_acquire, parse_renew};
-use crate::core::throttle::{from_redis_cell, parse_throttle};
+use crate::core::request::acquire::{parse_acquire, parse_renew};
+use crate::core::request::admit::parse_admit;
+use crate::core::request::grant::parse_grant;
+use crate::core::request::multi::parse_multi;
+use crate::core::request::throttle::parse_throttle;
+use crate::core::throttle::from_redis_cell;
 use crate::state::codec::{decode, encode};
 
 /// Words that steer the parsers into their interesting branches, mixed with random bytes.

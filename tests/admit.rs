@@ -19,7 +19,7 @@ fn atomically(c: &mut Connection, lines: &[&str]) -> Vec<Vec<i64>> {
 }
 
 #[test]
-fn p_read_admits_20_then_refuses_with_500ms() {
+fn a_read_bucket_admits_20_then_refuses_with_500ms() {
     let s = Server::start();
     let mut c = s.conn();
     for algo in ["gcra", "bucket"] {

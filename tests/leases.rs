@@ -37,7 +37,7 @@ fn settle(c: &mut Connection, key: &str, id: &str, actual: u64) -> Option<(i64, 
 }
 
 #[test]
-fn p_export_three_in_flight_the_fourth_waits_for_the_earliest_lease() {
+fn three_exports_in_flight_the_fourth_waits_for_the_earliest_lease() {
     let s = Server::start();
     let mut c = s.conn();
     let a = acquire(&mut c, "exports:{t:atlas} 3 2s ID job-1");

@@ -34,7 +34,7 @@ fn burst(c: &mut Connection, line: &str, n: usize) -> Vec<Vec<i64>> {
 }
 
 #[test]
-fn p_anon_window_admits_the_boundary_doubling() {
+fn a_window_admits_twice_its_limit_across_the_boundary() {
     let s = Server::start();
     let mut c = s.conn();
     // Anonymous clients per IP address (20 per 10 s) scaled to 1 s windows: 20 at 0.9 s into a window, 20 at 0.1 s into the next.

@@ -9,8 +9,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rl_core::admit::parse_admit;
 use rl_core::limiter::Limiter;
+use rl_core::request::admit::parse_admit;
 use rl_core::rule::{Algo, Rule};
 
 /// A fixed wall-clock instant (2025-11-24), so runs are reproducible.

@@ -1,4 +1,4 @@
-// Compiled only under #[cfg(test)] (see core/mod.rs), so this test code may unwrap.
+// Compiled only under #[cfg(test)] (see lib.rs), so this test code may unwrap.
 //! Property tests: `gcra` and `bucket` take the same decision as a textbook model for any
 //! sequence of requests.
 //!

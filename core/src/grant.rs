@@ -4,67 +4,62 @@
 //! trip until `valid_ms` runs out, and unspent ones simply lapse. Overshoot is zero (every unit
 //! was admitted by the store); under-admission is bounded by the outstanding chunks.
 
-use super::admit::{set_once, RuleOptions};
-use super::error::{printable, Error};
-use super::parse::{parse_count, parse_duration, DAY_US};
-use super::rule::{Algo, Rule, MAX_COUNT};
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::rule::{Algo, Rule};
+use crate::window::window_start;
 
-/// Longest `TTL` a grant may be spent for.
-pub const MAX_TTL_US: u64 = DAY_US;
-/// The `TTL` when none is given.
-pub const DEFAULT_TTL_US: u64 = 1_000_000;
-
+/// What `RL.GRANT` leased.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrantRequest {
-    pub algo: Algo,
-    pub rule: Rule,
-    pub want: u64,
-    pub ttl_us: u64,
+pub struct Grant {
+    pub granted: u64,
+    pub remaining: u64,
+    pub valid_us: u64,
+    /// 0 when something was granted; otherwise when one unit will be available.
+    pub retry_after_us: u64,
 }
 
-/// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration]` (after the key).
-pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
-    let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("RL.GRANT"));
-    };
-    let mut options = RuleOptions::default();
-    let (mut want, mut ttl) = (None, None);
-    let mut i = 2;
-    while let Some(token) = args.get(i).map(AsRef::as_ref) {
-        let taken = options.take(args, i)?;
-        if taken > 0 {
-            i += taken;
-            continue;
-        }
-        let value = args.get(i + 1).map(AsRef::as_ref);
-        if token.eq_ignore_ascii_case(b"WANT") {
-            let v = value.ok_or(Error::MissingValue("WANT"))?;
-            set_once(&mut want, "WANT", parse_count(v, "WANT", 1, MAX_COUNT)?)?;
-        } else if token.eq_ignore_ascii_case(b"TTL") {
-            let v = value.ok_or(Error::MissingValue("TTL"))?;
-            set_once(&mut ttl, "TTL", parse_duration(v, "TTL", MAX_TTL_US, "1d")?)?;
+impl Limiter {
+    /// `RL.GRANT`: spends as many as are available now, up to `want`, in one decision. The
+    /// grant may be spent for `ttl_us`, or until the window ends for `window`.
+    pub fn grant(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        want: u64,
+        ttl_us: u64,
+        now_us: u64,
+    ) -> Result<Grant, Error> {
+        let available = self.admit(algo, rule, 0, now_us, true)?.remaining;
+        let granted = available.min(want);
+        let (remaining, retry_after_us) = if granted > 0 {
+            (self.admit(algo, rule, granted, now_us, false)?.remaining, 0)
         } else {
-            return Err(Error::Syntax(printable(token)));
-        }
-        i += 2;
+            let one = self.admit(algo, rule, 1, now_us, true)?;
+            (available, one.retry_after_us)
+        };
+        let valid_us = match algo {
+            Algo::Window => {
+                // The window the grant was counted in, on the key's own time line.
+                let at = now_us.max(self.time_floor());
+                let end = window_start(at, rule.period_us()).saturating_add(rule.period_us());
+                ttl_us.min(end.saturating_sub(now_us))
+            }
+            _ => ttl_us,
+        };
+        Ok(Grant {
+            granted,
+            remaining,
+            valid_us,
+            retry_after_us,
+        })
     }
-    if options.cost.is_some() {
-        return Err(Error::Syntax("COST".into()));
-    }
-    let want = want.ok_or(Error::MissingOption("WANT"))?;
-    let (algo, rule, _) = options.rule(limit.as_ref(), period.as_ref())?;
-    Ok(GrantRequest {
-        algo,
-        rule,
-        want,
-        ttl_us: ttl.unwrap_or(DEFAULT_TTL_US),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::Limiter;
+    use crate::request::grant::{parse_grant, GrantRequest};
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;
@@ -72,29 +67,6 @@ mod tests {
     fn parse(line: &str) -> Result<GrantRequest, Error> {
         let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
         parse_grant(&args)
-    }
-
-    #[test]
-    fn parsing() {
-        let g = parse("40000 1s BURST 10000 WANT 100 TTL 250ms").unwrap();
-        assert_eq!((g.want, g.ttl_us, g.rule.burst()), (100, 250_000, 10_000));
-        assert_eq!(parse("5 1s WANT 2").unwrap().ttl_us, S);
-        assert_eq!(
-            parse("5 1s").unwrap_err().to_string(),
-            "ERR WANT is required"
-        );
-        assert_eq!(
-            parse("5 1s WANT 2 COST 1").unwrap_err().to_string(),
-            "ERR syntax error near 'COST'"
-        );
-        assert_eq!(
-            parse("5 1s WANT 0").unwrap_err().to_string(),
-            "ERR WANT must be in the range [1, 1000000000000000]"
-        );
-        assert_eq!(
-            parse("5 1s WANT 1 TTL 2d").unwrap_err().to_string(),
-            "ERR TTL must be between 1ms and 1d"
-        );
     }
 
     #[test]
@@ -156,6 +128,20 @@ mod tests {
         assert!(
             admitted >= offered * 95 / 100,
             "admitted {admitted} of {offered}"
+        );
+    }
+
+    #[test]
+    fn an_empty_grant_says_when_to_come_back() {
+        let r = Rule::new(Algo::Gcra, 2, S, Some(4)).unwrap();
+        let mut l = Limiter::new(Algo::Gcra, r);
+        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
+        assert_eq!((g.granted, g.remaining, g.retry_after_us), (4, 0, 0));
+        let g = l.grant(Algo::Gcra, r, 10, S, T0).unwrap();
+        assert_eq!((g.granted, g.retry_after_us), (0, 500_000));
+        assert_eq!(
+            l.grant(Algo::Gcra, r, 10, S, T0 + 500_000).unwrap().granted,
+            1
         );
     }
 }

@@ -7,8 +7,8 @@
 
 use std::collections::VecDeque;
 
-use super::rate::Decision;
-use super::rule::Rule;
+use crate::rate::Decision;
+use crate::rule::Rule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -129,6 +129,11 @@ impl Log {
         }
     }
 
+    /// Why no command could have written this log under `rule`.
+    pub fn refused(&self, rule: &Rule) -> Option<&'static str> {
+        (self.total() > rule.limit()).then_some("log holds more than its limit")
+    }
+
     /// Heap bytes held by the entries.
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
@@ -139,7 +144,7 @@ impl Log {
 mod tests {
     use super::*;
     use crate::rule::Algo;
-    use crate::window::Sliding;
+    use crate::sliding::Sliding;
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;
@@ -154,8 +159,8 @@ mod tests {
 
     #[test]
     fn refuses_what_the_sliding_estimate_admits() {
-        // Anonymous clients limited per IP address to 20 per 10 s; 18 requests arrive in the previous window's final
-        // second, then requests keep coming 2.5 s into the new window.
+        // Anonymous clients limited per IP address to 20 per 10 s; 18 requests arrive in the
+        // previous window's final second, then requests keep coming 2.5 s into the new window.
         let rule = Rule::new(Algo::Log, 20, 10 * S, None).unwrap();
         let sliding = Rule::new(Algo::Sliding, 20, 10 * S, None).unwrap();
         let mut log = Log::default();

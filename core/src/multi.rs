@@ -1,187 +1,190 @@
-//! The typed request of `RL.MULTI`: several keys, one rule each, all or nothing.
+//! `RL.MULTI`'s decision: several limiters, one rule each, all or nothing.
+//!
+//! Every rule is first decided without changing anything; only if all admit, and the call is not
+//! a dry run, is each one spent. So a refusal changes no limiter, and an admission leaves each
+//! limiter exactly as `RL.ADMIT` with that rule alone would.
 
 use smallvec::SmallVec;
 
-use super::admit::{set_once, RuleOptions};
-use super::error::{printable, Error};
-use super::parse::parse_count;
-use super::rule::{Algo, Rule};
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::rate::Decision;
+use crate::request::multi::MultiRule;
 
-/// Most keys one `RL.MULTI` call may check.
-pub const MAX_MULTI_KEYS: u64 = 32;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiRule<'a> {
-    pub name: &'a [u8],
-    pub algo: Algo,
-    pub rule: Rule,
-    pub cost: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiRequest<'a> {
-    /// Argument positions of the keys, for opening them.
-    pub key_positions: std::ops::Range<usize>,
-    pub rules: SmallVec<[MultiRule<'a>; 8]>,
-    pub dry_run: bool,
-}
-
-/// Reads `numkeys` (argument 1) and checks that that many keys follow it. Used on its own to
-/// answer a cluster's key-position request.
-pub fn key_range<A: AsRef<[u8]>>(args: &[A]) -> Result<std::ops::Range<usize>, Error> {
-    let numkeys = args.get(1).ok_or(Error::Arity("RL.MULTI"))?;
-    let n = parse_count(numkeys.as_ref(), "numkeys", 1, MAX_MULTI_KEYS)?;
-    let n = usize::try_from(n).unwrap_or(usize::MAX);
-    if args.len() < 2 + n {
-        return Err(Error::Arity("RL.MULTI"));
-    }
-    Ok(2..2 + n)
-}
-
-/// Parses `RL.MULTI numkeys key [key ...] RULE name limit period [options] ... [DRYRUN]`,
-/// given every argument including the command name.
-pub fn parse_multi<A: AsRef<[u8]>>(args: &[A]) -> Result<MultiRequest<'_>, Error> {
-    let keys = key_range(args)?;
-    let key_args = args.get(keys.clone()).unwrap_or_default();
-    for (i, key) in key_args.iter().enumerate() {
-        if key_args
-            .iter()
-            .skip(i + 1)
-            .any(|k| k.as_ref() == key.as_ref())
-        {
-            return Err(Error::DuplicateKey(printable(key.as_ref())));
-        }
-    }
-    let mut rules = SmallVec::new();
-    let mut dry_run = None;
-    let mut i = keys.end;
-    while let Some(token) = args.get(i).map(AsRef::as_ref) {
-        if token.eq_ignore_ascii_case(b"DRYRUN") {
-            set_once(&mut dry_run, "DRYRUN", ())?;
-            i += 1;
-            continue;
-        }
-        if !token.eq_ignore_ascii_case(b"RULE") {
-            return Err(Error::Syntax(printable(token)));
-        }
-        let (Some(name), Some(limit), Some(period)) = (
-            args.get(i + 1).map(AsRef::as_ref),
-            args.get(i + 2).map(AsRef::as_ref),
-            args.get(i + 3).map(AsRef::as_ref),
-        ) else {
-            return Err(Error::IncompleteRule);
-        };
-        i += 4;
-        let mut options = RuleOptions::default();
-        loop {
-            let taken = options.take(args, i)?;
-            if taken == 0 {
-                break;
-            }
-            i += taken;
-        }
-        let (algo, rule, cost) = options.rule(limit, period)?;
-        rules.push(MultiRule {
-            name,
-            algo,
-            rule,
-            cost,
-        });
-    }
-    if rules.len() != keys.len() {
+/// Decides `rules` on `limiters` (one each, in the same order; `Limiter::new` for an absent key)
+/// at `now_us`. Returns whether every rule admitted, and each rule's decision: when refused or
+/// `dry`, what `RL.ADMIT ... DRYRUN` replies for it; otherwise what spending it replied.
+pub fn decide(
+    limiters: &mut [&mut Limiter],
+    rules: &[MultiRule<'_>],
+    now_us: u64,
+    dry: bool,
+) -> Result<(bool, SmallVec<[Decision; 8]>), Error> {
+    if limiters.len() != rules.len() {
         return Err(Error::RuleCount {
-            keys: keys.len(),
+            keys: limiters.len(),
             rules: rules.len(),
         });
     }
-    Ok(MultiRequest {
-        key_positions: keys,
-        rules,
-        dry_run: dry_run.is_some(),
-    })
+    let mut decisions = SmallVec::new();
+    for (limiter, r) in limiters.iter_mut().zip(rules) {
+        decisions.push(limiter.admit(r.algo, r.rule, r.cost, now_us, true)?);
+    }
+    let allowed = decisions.iter().all(|d: &Decision| d.allowed);
+    if !allowed || dry {
+        return Ok((allowed, decisions));
+    }
+    // Each rule was just decided with these same arguments, so none of these can fail and leave
+    // the earlier limiters spent.
+    decisions.clear();
+    for (limiter, r) in limiters.iter_mut().zip(rules) {
+        decisions.push(limiter.admit(r.algo, r.rule, r.cost, now_us, false)?);
+    }
+    Ok((true, decisions))
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::rule::{Algo, Family, Rule};
 
-    fn parse(line: &str) -> Result<MultiRequest<'static>, Error> {
-        let args: Vec<&'static [u8]> = line
-            .split(' ')
-            .map(|w| &*Box::leak(w.as_bytes().to_vec().into_boxed_slice()))
-            .collect();
-        let args: &'static [&'static [u8]] = Box::leak(args.into_boxed_slice());
-        parse_multi(args)
+    const S: u64 = 1_000_000;
+    const T0: u64 = 1_764_000_000 * S;
+
+    fn rule(
+        name: &'static str,
+        algo: Algo,
+        limit: u64,
+        burst: Option<u64>,
+        cost: u64,
+    ) -> MultiRule<'static> {
+        MultiRule {
+            name: name.as_bytes(),
+            algo,
+            rule: Rule::new(algo, limit, S, burst).unwrap(),
+            cost,
+        }
     }
 
-    #[test]
-    fn user_tenant_and_route_rules() {
-        let r = parse(
-            "RL.MULTI 3 {t:atlas}:u17 {t:atlas} {t:atlas}:catalog \
-             RULE user 2 1s BURST 20 RULE tenant 1000 1m RULE route 500 1s COST 2 ALGO window DRYRUN",
-        )
-        .unwrap();
-        assert_eq!(r.key_positions, 2..5);
-        assert_eq!(r.rules.len(), 3);
-        assert_eq!(r.rules[0].name, b"user");
-        assert_eq!(r.rules[0].rule.burst(), 20);
-        assert_eq!(r.rules[1].rule.period_us(), 60_000_000);
-        assert_eq!((r.rules[2].algo, r.rules[2].cost), (Algo::Window, 2));
-        assert!(r.dry_run);
-    }
-
-    #[test]
-    fn errors() {
-        let cases = [
-            (
-                "RL.MULTI",
-                "ERR wrong number of arguments for 'RL.MULTI' command",
-            ),
-            (
-                "RL.MULTI 0 k RULE a 1 1s",
-                "ERR numkeys must be in the range [1, 32]",
-            ),
-            ("RL.MULTI x k RULE a 1 1s", "ERR numkeys must be an integer"),
-            (
-                "RL.MULTI 3 a b",
-                "ERR wrong number of arguments for 'RL.MULTI' command",
-            ),
-            (
-                "RL.MULTI 2 a a RULE x 1 1s RULE y 1 1s",
-                "ERR key 'a' given more than once",
-            ),
-            (
-                "RL.MULTI 2 a b RULE x 1 1s",
-                "ERR numkeys is 2 but 1 RULE clauses were given",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 1 1s RULE y 1 1s",
-                "ERR numkeys is 1 but 2 RULE clauses were given",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 1",
-                "ERR RULE needs a name, a limit and a period",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 1 1s BOGUS",
-                "ERR syntax error near 'BOGUS'",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 1 1",
-                "ERR period needs a unit: add ms, s, m, h or d (for example 10s)",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 5 1s COST 6",
-                "ERR COST 6 exceeds the capacity 5: such a request could never be admitted",
-            ),
-            (
-                "RL.MULTI 1 a RULE x 5 1s DRYRUN DRYRUN",
-                "ERR DRYRUN given more than once",
-            ),
-            ("RL.MULTI 1 a x 5 1s", "ERR syntax error near 'x'"),
+    /// A user's bucket of 20 refilled at 2 per second, and a tenant's window of 3 per second.
+    fn user_and_tenant() -> ([MultiRule<'static>; 2], [Limiter; 2]) {
+        let rules = [
+            rule("user", Algo::Bucket, 2, Some(20), 1),
+            rule("tenant", Algo::Window, 3, None, 1),
         ];
-        for (line, want) in cases {
-            assert_eq!(parse(line).unwrap_err().to_string(), want, "{line}");
+        let limiters = [
+            Limiter::new(rules[0].algo, rules[0].rule),
+            Limiter::new(rules[1].algo, rules[1].rule),
+        ];
+        (rules, limiters)
+    }
+
+    #[test]
+    fn admits_while_every_rule_admits_and_a_refusal_spends_nothing() {
+        let (rules, [mut user, mut tenant]) = user_and_tenant();
+        for i in 0..3 {
+            let (allowed, d) = decide(&mut [&mut user, &mut tenant], &rules, T0, false).unwrap();
+            assert!(allowed, "call {i}");
+            assert_eq!((d[0].remaining, d[1].remaining), (19 - i, 2 - i));
+        }
+        let before = (user.clone(), tenant.clone());
+        let (allowed, d) = decide(&mut [&mut user, &mut tenant], &rules, T0, false).unwrap();
+        assert!(!allowed);
+        assert!(d[0].allowed && !d[1].allowed);
+        assert_eq!((d[0].remaining, d[1].retry_after_ms()), (16, 1000));
+        assert_eq!((user, tenant), before, "the user's bucket was not spent");
+    }
+
+    #[test]
+    fn a_dry_run_changes_nothing_and_replies_what_a_real_call_would() {
+        let (rules, [mut user, mut tenant]) = user_and_tenant();
+        let before = (user.clone(), tenant.clone());
+        let dry = decide(&mut [&mut user, &mut tenant], &rules, T0, true).unwrap();
+        assert_eq!((user.clone(), tenant.clone()), before);
+        let real = decide(&mut [&mut user, &mut tenant], &rules, T0, false).unwrap();
+        assert_eq!(dry, real);
+    }
+
+    #[test]
+    fn a_key_of_another_algorithm_is_an_error_that_spends_nothing() {
+        let (rules, [mut user, _]) = user_and_tenant();
+        let mut log = Limiter::new(Algo::Log, Rule::new(Algo::Log, 3, S, None).unwrap());
+        let before = user.clone();
+        let e = decide(&mut [&mut user, &mut log], &rules, T0, false).unwrap_err();
+        assert!(matches!(e, Error::AlgoMismatch { .. }));
+        assert_eq!(user, before);
+        let e = decide(&mut [&mut user], &rules, T0, false).unwrap_err();
+        assert_eq!(e, Error::RuleCount { keys: 1, rules: 2 });
+    }
+
+    /// A rule for `algo` (never the semaphore) and a history of spending on its limiter.
+    fn limiter_and_rule() -> impl Strategy<Value = (MultiRule<'static>, Limiter)> {
+        (
+            0usize..5,
+            1u64..6,
+            prop_oneof![Just(S), Just(10 * S)],
+            1u64..4,
+            prop::collection::vec((0u64..3 * S, 1u64..4), 0..8),
+        )
+            .prop_map(|(algo, limit, period, cost, history)| {
+                let algo = Algo::ALL[algo];
+                let burst = (algo.family() == Family::Rate).then_some(limit + 1);
+                let rule = Rule::new(algo, limit, period, burst).unwrap();
+                let cost = cost.min(rule.burst());
+                let mut limiter = Limiter::new(algo, rule);
+                let mut now = T0;
+                for (dt, spend) in history {
+                    now += dt;
+                    limiter
+                        .admit(algo, rule, spend.min(rule.burst()), now, false)
+                        .unwrap();
+                }
+                let r = MultiRule {
+                    name: b"r",
+                    algo,
+                    rule,
+                    cost,
+                };
+                (r, limiter)
+            })
+    }
+
+    proptest! {
+        /// A refusal (or a dry run) changes no limiter; an admission leaves each limiter and
+        /// reply exactly as spending its rule alone would.
+        #[test]
+        fn all_or_nothing_equals_each_rule_alone(
+            pairs in prop::collection::vec(limiter_and_rule(), 1..5),
+            later in 0u64..30 * S,
+            dry in any::<bool>(),
+        ) {
+            let now = T0 + later;
+            let rules: Vec<MultiRule<'static>> = pairs.iter().map(|(r, _)| r.clone()).collect();
+            let before: Vec<Limiter> = pairs.iter().map(|(_, l)| l.clone()).collect();
+            let mut after = before.clone();
+            let mut refs: Vec<&mut Limiter> = after.iter_mut().collect();
+            let (allowed, decisions) = decide(&mut refs, &rules, now, dry).unwrap();
+            let mut alone = before.clone();
+            let each: Vec<Decision> = alone
+                .iter_mut()
+                .zip(&rules)
+                .map(|(l, r)| l.admit(r.algo, r.rule, r.cost, now, true).unwrap())
+                .collect();
+            prop_assert_eq!(allowed, each.iter().all(|d| d.allowed));
+            if !allowed || dry {
+                prop_assert_eq!(&after, &before);
+                prop_assert_eq!(decisions.as_slice(), each.as_slice());
+            } else {
+                let spent: Vec<Decision> = alone
+                    .iter_mut()
+                    .zip(&rules)
+                    .map(|(l, r)| l.admit(r.algo, r.rule, r.cost, now, false).unwrap())
+                    .collect();
+                prop_assert_eq!(decisions.as_slice(), spent.as_slice());
+                prop_assert_eq!(&after, &alone);
+            }
         }
     }
 }

@@ -1,9 +1,12 @@
-//! Parsing of counts and durations from raw argument bytes.
+//! What every request parser shares: counts, durations and ids from raw argument bytes, and the
+//! rule options (`BURST`, `COST`, `ALGO`) of every command that takes a rule.
 //!
 //! Arguments arrive as bytes (key names and values need not be UTF-8), so parsing works on `&[u8]`
 //! and never allocates on the success path.
 
-use super::error::Error;
+use crate::error::Error;
+use crate::reservations::MAX_ID_LEN;
+use crate::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 
 /// Microseconds in each duration unit.
 const MS: u64 = 1_000;
@@ -105,6 +108,73 @@ pub fn parse_duration(
 
 /// Microseconds in a duration unit, for bounds written as constants elsewhere.
 pub const DAY_US: u64 = D;
+
+/// A holder or reservation id: 1 to 256 bytes.
+pub fn parse_id<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], Error> {
+    if bytes.is_empty() || bytes.len() > MAX_ID_LEN {
+        return Err(Error::BadId(what));
+    }
+    Ok(bytes)
+}
+
+/// The options shared by every command that takes a rule: `BURST`, `COST`, `ALGO`.
+#[derive(Debug, Default)]
+pub struct RuleOptions {
+    pub burst: Option<u64>,
+    pub cost: Option<u64>,
+    pub algo: Option<Algo>,
+}
+
+impl RuleOptions {
+    /// Consumes one rule option at `args[i]` if it is one, returning how many arguments it took.
+    pub fn take<A: AsRef<[u8]>>(&mut self, args: &[A], i: usize) -> Result<usize, Error> {
+        let Some(token) = args.get(i).map(AsRef::as_ref) else {
+            return Ok(0);
+        };
+        let value = |name: &'static str| {
+            args.get(i + 1)
+                .map(AsRef::as_ref)
+                .ok_or(Error::MissingValue(name))
+        };
+        if token.eq_ignore_ascii_case(b"BURST") {
+            set_once(
+                &mut self.burst,
+                "BURST",
+                parse_count(value("BURST")?, "BURST", 1, MAX_COUNT)?,
+            )?;
+        } else if token.eq_ignore_ascii_case(b"COST") {
+            set_once(
+                &mut self.cost,
+                "COST",
+                parse_count(value("COST")?, "COST", 1, MAX_COUNT)?,
+            )?;
+        } else if token.eq_ignore_ascii_case(b"ALGO") {
+            set_once(&mut self.algo, "ALGO", Algo::parse(value("ALGO")?)?)?;
+        } else {
+            return Ok(0);
+        }
+        Ok(2)
+    }
+
+    /// Builds and validates the rule for `limit` per `period`.
+    pub fn rule(&self, limit: &[u8], period: &[u8]) -> Result<(Algo, Rule, u64), Error> {
+        let algo = self.algo.unwrap_or(Algo::Gcra);
+        let limit = parse_count(limit, "limit", 1, MAX_COUNT)?;
+        let period = parse_duration(period, "period", MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
+        let rule = Rule::new(algo, limit, period, self.burst)?;
+        let cost = self.cost.unwrap_or(1);
+        check_cost(cost, &rule)?;
+        Ok((algo, rule, cost))
+    }
+}
+
+pub fn set_once<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), Error> {
+    if slot.is_some() {
+        return Err(Error::Duplicate(name));
+    }
+    *slot = Some(value);
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

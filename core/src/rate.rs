@@ -6,7 +6,7 @@
 //! never drift. `gcra` stores the level as a theoretical arrival time, `bucket` as a token count
 //! with the time it was counted; they convert to the same level and take the same decision.
 
-use super::rule::{ceil_div, Rule};
+use crate::rule::{ceil_div, Rule};
 
 /// The reply to one admission request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,15 +109,16 @@ pub fn convert(level: i128, from: &Rule, to: &Rule) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::Limiter;
     use crate::rule::Algo;
 
-    fn p_read() -> Rule {
+    fn read_bucket() -> Rule {
         Rule::new(Algo::Bucket, 2, 1_000_000, Some(20)).unwrap()
     }
 
     #[test]
-    fn p_read_21st_waits_500ms() {
-        let r = p_read();
+    fn read_bucket_21st_waits_500ms() {
+        let r = read_bucket();
         let mut level = capacity(&r);
         for i in 0..20 {
             let (d, after) = decide(&r, level, 1);
@@ -133,8 +134,8 @@ mod tests {
     }
 
     #[test]
-    fn p_read_cost_10_with_3_left_waits_3500ms() {
-        let r = p_read();
+    fn read_bucket_cost_10_with_3_left_waits_3500ms() {
+        let r = read_bucket();
         let (d, _) = decide(&r, 3 * token(&r), 10);
         assert!(!d.allowed);
         assert_eq!(d.retry_after_ms(), 3500);
@@ -151,5 +152,94 @@ mod tests {
         let small = Rule::new(Algo::Gcra, 1, 1_000, Some(3)).unwrap();
         assert_eq!(convert(capacity(&to), &to, &small), capacity(&small));
         assert_eq!(convert(-capacity(&to), &to, &small), -capacity(&small));
+    }
+
+    const T0: u64 = 1_764_000_000_000_000;
+
+    fn rule(limit: u64, period_us: u64, burst: Option<u64>) -> Rule {
+        Rule::new(Algo::Gcra, limit, period_us, burst).unwrap()
+    }
+
+    #[test]
+    fn read_bucket_worked_example_for_both_algorithms() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let r = rule(2, 1_000_000, Some(20));
+            let mut l = Limiter::new(algo, r);
+            for _ in 0..20 {
+                assert!(l.admit(algo, r, 1, T0, false).unwrap().allowed);
+            }
+            let d = l.admit(algo, r, 1, T0, false).unwrap();
+            assert!(!d.allowed);
+            assert_eq!(d.retry_after_ms(), 500);
+            assert_eq!(d.reset_after_ms(), 10_000);
+            // 1.5 s later three tokens are back; an export of cost 10 waits 3.5 s.
+            let d = l.admit(algo, r, 10, T0 + 1_500_000, false).unwrap();
+            assert!(!d.allowed);
+            assert_eq!(d.remaining, 3);
+            assert_eq!(d.retry_after_ms(), 3500);
+            // Waiting exactly retry_after_ms is enough.
+            let d = l.admit(algo, r, 10, T0 + 5_000_000, false).unwrap();
+            assert!(d.allowed, "{algo:?}");
+            assert_eq!(d.remaining, 0);
+            assert_eq!(l.full_at_us(), T0 + 15_000_000);
+        }
+    }
+
+    #[test]
+    fn dry_run_changes_nothing() {
+        let r = rule(5, 1_000_000, None);
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            let before = l.clone();
+            let d = l.admit(algo, r, 5, T0, true).unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, 0);
+            assert_eq!(l, before);
+        }
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_mints_nothing() {
+        let r = rule(1, 1_000_000, Some(1));
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            assert!(l.admit(algo, r, 1, T0, false).unwrap().allowed);
+            assert!(!l.admit(algo, r, 1, T0 - 10_000_000, false).unwrap().allowed);
+            assert!(!l.admit(algo, r, 1, T0 + 999_999, false).unwrap().allowed);
+            assert!(l.admit(algo, r, 1, T0 + 1_000_000, false).unwrap().allowed);
+        }
+    }
+
+    #[test]
+    fn thirds_do_not_drift_over_a_long_run() {
+        // 3 per second: the emission interval is 333,333.33 µs, which no integer µs can hold.
+        // A burst of 3 keeps the level below the capacity, so no refill is clipped.
+        let r = rule(3, 1_000_000, Some(3));
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let mut l = Limiter::new(algo, r);
+            let mut admitted = 0u64;
+            let mut now = T0;
+            // Poll every 1 ms for 1000 s: exactly 3 per second plus the initial burst.
+            while now <= T0 + 1_000_000_000 {
+                if l.admit(algo, r, 1, now, false).unwrap().allowed {
+                    admitted += 1;
+                }
+                now += 1_000;
+            }
+            assert_eq!(admitted, 3003, "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn gcra_and_bucket_convert_keeping_the_level() {
+        let r = rule(5, 1_000_000, None);
+        let mut l = Limiter::new(Algo::Gcra, r);
+        l.admit(Algo::Gcra, r, 1, T0, false).unwrap();
+        let d = l.admit(Algo::Bucket, r, 1, T0, false).unwrap();
+        assert_eq!(d.remaining, 3);
+        assert_eq!(l.algo(), Algo::Bucket);
+        let d = l.admit(Algo::Gcra, r, 1, T0 + 200_000, false).unwrap();
+        assert_eq!(d.remaining, 3);
+        assert_eq!(l.algo(), Algo::Gcra);
     }
 }

@@ -8,49 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::admit::parse_id;
-use super::error::Error;
-use super::parse::{parse_count, parse_duration};
-use super::rule::{Algo, Rule, MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+use crate::error::Error;
+use crate::limiter::{Limiter, State};
+use crate::rule::{Algo, Rule, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
 
 /// Longest holder id, in bytes.
 pub const MAX_HOLDER_LEN: usize = 256;
-
-fn parse_lease(bytes: &[u8]) -> Result<u64, Error> {
-    parse_duration(bytes, "lease", MAX_PERIOD_US, MAX_PERIOD_TEXT)
-}
-
-/// Parses `capacity lease [ID holder]` (after the key) into the semaphore's rule and holder.
-pub fn parse_acquire<A: AsRef<[u8]>>(args: &[A]) -> Result<(Rule, Option<&[u8]>), Error> {
-    let (capacity, lease, rest) = match args {
-        [c, l, rest @ ..] => (c.as_ref(), l.as_ref(), rest),
-        _ => return Err(Error::Arity("RL.ACQUIRE")),
-    };
-    let capacity = parse_count(capacity, "capacity", 1, MAX_SEMAPHORE_CAPACITY)?;
-    let lease = parse_lease(lease)?;
-    let holder = match rest {
-        [] => None,
-        [token, id] if token.as_ref().eq_ignore_ascii_case(b"ID") => {
-            Some(parse_id(id.as_ref(), "holder")?)
-        }
-        [token] if token.as_ref().eq_ignore_ascii_case(b"ID") => {
-            return Err(Error::MissingValue("ID"))
-        }
-        [token, ..] => return Err(Error::Syntax(super::error::printable(token.as_ref()))),
-    };
-    Ok((Rule::new(Algo::Semaphore, capacity, lease, None)?, holder))
-}
-
-/// Parses `holder lease` (after the key) of `RL.RENEW`.
-pub fn parse_renew<A: AsRef<[u8]>>(args: &[A]) -> Result<(&[u8], u64), Error> {
-    match args {
-        [holder, lease] => Ok((
-            parse_id(holder.as_ref(), "holder")?,
-            parse_lease(lease.as_ref())?,
-        )),
-        _ => Err(Error::Arity("RL.RENEW")),
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Semaphore {
@@ -256,9 +219,85 @@ impl Semaphore {
         self.leases.len()
     }
 
+    /// Why no command could have written this semaphore: more leases than any capacity.
+    pub(crate) fn refused(&self) -> Option<&'static str> {
+        (self.len() > MAX_SEMAPHORE_CAPACITY as usize)
+            .then_some("semaphore holds more leases than the largest capacity")
+    }
+
+    /// Why no command on a clock before `horizon_us` could have written this semaphore: a lease
+    /// ends later than the longest lease from then.
+    pub(crate) fn ahead(&self, horizon_us: u64) -> Option<&'static str> {
+        (self.full_at_us() > horizon_us.saturating_add(MAX_PERIOD_US))
+            .then_some("lease expiry is ahead of the server's clock")
+    }
+
     /// Approximate heap bytes: each lease's holder is kept twice, in two B-tree nodes.
     pub fn heap_bytes(&self) -> usize {
         self.leases.keys().map(|h| 2 * (h.len() + 48)).sum()
+    }
+}
+
+impl Limiter {
+    fn semaphore(&mut self) -> Result<&mut Semaphore, Error> {
+        let stored = self.algo().name();
+        match &mut self.state {
+            State::Semaphore(s) => Ok(s),
+            _ => Err(Error::AlgoMismatch {
+                stored,
+                asked: Algo::Semaphore.name(),
+            }),
+        }
+    }
+
+    /// `RL.ACQUIRE`: a slot of `rule.limit()` for `rule.period_us()`. Changes nothing when
+    /// refused or `dry`.
+    pub fn acquire(
+        &mut self,
+        rule: Rule,
+        holder: Option<&[u8]>,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<Acquire, Error> {
+        let s = self.semaphore()?;
+        let a = s.acquire(rule.limit(), rule.period_us(), holder, now_us, dry);
+        if a.acquired && !dry {
+            self.rule = rule;
+        }
+        Ok(a)
+    }
+
+    /// The semaphore's next generated-id sequence number (0 for other algorithms).
+    pub fn next_lease_id(&self) -> u64 {
+        match &self.state {
+            State::Semaphore(s) => s.next_id(),
+            _ => 0,
+        }
+    }
+
+    /// Replays a semaphore write (see `Semaphore::apply`) under `rule`.
+    pub fn apply_lease(
+        &mut self,
+        rule: Rule,
+        holder: &[u8],
+        expiry_us: u64,
+        now_us: u64,
+        next_id: u64,
+    ) -> Result<(), Error> {
+        self.semaphore()?
+            .apply(holder, expiry_us, now_us, next_id)?;
+        self.rule = rule;
+        Ok(())
+    }
+
+    /// `RL.RELEASE`: true when `holder` held a slot, which is now free.
+    pub fn release(&mut self, holder: &[u8], now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.release(holder, now_us))
+    }
+
+    /// `RL.RENEW`: true when `holder`'s live lease now lasts `lease_us` from now.
+    pub fn renew(&mut self, holder: &[u8], lease_us: u64, now_us: u64) -> Result<bool, Error> {
+        Ok(self.semaphore()?.renew(holder, lease_us, now_us))
     }
 }
 
@@ -270,7 +309,7 @@ mod tests {
     const T0: u64 = 1_764_000_000 * S;
 
     #[test]
-    fn p_export_three_in_flight_then_wait_for_the_earliest() {
+    fn three_exports_in_flight_then_wait_for_the_earliest() {
         let mut s = Semaphore::default();
         for (i, h) in [b"a", b"b", b"c"].iter().enumerate() {
             let r = s.acquire(3, 60 * S, Some(*h), T0 + i as u64 * S, false);
@@ -322,35 +361,6 @@ mod tests {
         let b = s.acquire(5, S, None, T0, false).holder;
         assert_ne!(a, b);
         assert!(s.release(&a, T0));
-    }
-
-    #[test]
-    fn parsing() {
-        let args =
-            |l: &'static str| -> Vec<&'static [u8]> { l.split(' ').map(str::as_bytes).collect() };
-        let with_id = args("3 60s ID job-7");
-        let (rule, holder) = parse_acquire(&with_id).unwrap();
-        assert_eq!(
-            (rule.limit(), rule.period_us(), holder),
-            (3, 60 * S, Some(&b"job-7"[..]))
-        );
-        assert_eq!(parse_acquire(&args("3 60s")).unwrap().1, None);
-        let e = |r: Result<(Rule, Option<&[u8]>), Error>| r.unwrap_err().to_string();
-        let cases = [
-            ("0 60s", "ERR capacity must be in the range [1, 100000]"),
-            (
-                "3 60",
-                "ERR lease needs a unit: add ms, s, m, h or d (for example 10s)",
-            ),
-            ("3 60s ID", "ERR ID needs a value"),
-            ("3 60s HOLDER x", "ERR syntax error near 'HOLDER'"),
-        ];
-        for (line, want) in cases {
-            let a = args(line);
-            assert_eq!(e(parse_acquire(&a)), want, "{line}");
-        }
-        let renew = args("job-7 30s");
-        assert_eq!(parse_renew(&renew).unwrap(), (&b"job-7"[..], 30 * S));
     }
 
     #[test]

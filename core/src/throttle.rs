@@ -6,36 +6,11 @@
 //! allowed or when the quantity could never fit; quantity 0 peeks). Unlike redis-cell, absurd
 //! arguments are errors instead of silent answers.
 
-use super::error::Error;
-use super::limiter::{Limiter, State, Wide};
-use super::parse::parse_count;
-use super::rate::Decision;
-use super::rule::{Algo, Rule, MAX_COUNT, MAX_PERIOD_US};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThrottleRequest {
-    pub rule: Rule,
-    pub quantity: u64,
-}
-
-/// Parses the arguments after the key: `max_burst count period [quantity]`.
-pub fn parse_throttle<A: AsRef<[u8]>>(args: &[A]) -> Result<ThrottleRequest, Error> {
-    let [max_burst, count, period, rest @ ..] = args else {
-        return Err(Error::Arity("CL.THROTTLE"));
-    };
-    if rest.len() > 1 {
-        return Err(Error::Arity("CL.THROTTLE"));
-    }
-    let max_burst = parse_count(max_burst.as_ref(), "max_burst", 0, MAX_COUNT - 1)?;
-    let count = parse_count(count.as_ref(), "count", 1, MAX_COUNT)?;
-    let period_s = parse_count(period.as_ref(), "period", 1, MAX_PERIOD_US / 1_000_000)?;
-    let quantity = match rest.first() {
-        Some(q) => parse_count(q.as_ref(), "quantity", 0, MAX_COUNT)?,
-        None => 1,
-    };
-    let rule = Rule::new(Algo::Gcra, count, period_s * 1_000_000, Some(max_burst + 1))?;
-    Ok(ThrottleRequest { rule, quantity })
-}
+use crate::error::Error;
+use crate::limiter::{Limiter, State, Wide};
+use crate::rate::Decision;
+use crate::request::throttle::ThrottleRequest;
+use crate::rule::{Algo, Rule};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThrottleReply {
@@ -82,7 +57,7 @@ pub fn throttle(
 /// Converts a redis-cell value (the theoretical arrival time in nanoseconds since the epoch, as
 /// a decimal string) into this module's gcra state for `rule`. `None` if it is not one.
 pub fn from_redis_cell(value: &[u8], rule: Rule) -> Option<Limiter> {
-    let tat_ns = super::parse::parse_u64(value, "value").ok()?;
+    let tat_ns = crate::parse::parse_u64(value, "value").ok()?;
     let tat_us = tat_ns.div_ceil(1000);
     let tat = i128::from(tat_us) * i128::from(rule.limit());
     Limiter::from_parts(
@@ -97,6 +72,7 @@ pub fn from_redis_cell(value: &[u8], rule: Rule) -> Option<Limiter> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::throttle::parse_throttle;
 
     const S: u64 = 1_000_000;
     const T0: u64 = 1_764_000_000 * S;
@@ -154,38 +130,6 @@ mod tests {
         assert_eq!(seconds(1_000_999), 1);
         assert_eq!(seconds(1_001_000), 2);
         assert_eq!(seconds(0), 0);
-    }
-
-    #[test]
-    fn arguments_are_checked() {
-        let bad = |line: &str| {
-            let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
-            parse_throttle(&args).unwrap_err().to_string()
-        };
-        assert_eq!(
-            bad("-1 1 1"),
-            "ERR max_burst must be in the range [0, 999999999999999]"
-        );
-        assert_eq!(
-            bad("1 0 1"),
-            "ERR count must be in the range [1, 1000000000000000]"
-        );
-        assert_eq!(
-            bad("1 1 0"),
-            "ERR period must be in the range [1, 315360000]"
-        );
-        assert_eq!(
-            bad("1 1 1 -1"),
-            "ERR quantity must be in the range [0, 1000000000000000]"
-        );
-        assert_eq!(
-            bad("1 1"),
-            "ERR wrong number of arguments for 'CL.THROTTLE' command"
-        );
-        assert_eq!(
-            bad("1 1 1 1 1"),
-            "ERR wrong number of arguments for 'CL.THROTTLE' command"
-        );
     }
 
     #[test]

@@ -4,9 +4,9 @@ use super::reply::int;
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::admit::parse_admit;
 use crate::core::error::Error;
 use crate::core::rate::Decision;
+use crate::core::request::admit::parse_admit;
 use crate::core::rule::{Algo, Rule};
 use crate::stats;
 

@@ -5,8 +5,8 @@ use super::reply::int;
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::grant::parse_grant;
-use crate::core::limiter::Grant;
+use crate::core::grant::Grant;
+use crate::core::request::grant::parse_grant;
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {

@@ -6,11 +6,11 @@ use super::reply::{int, Value};
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::admit::parse_id;
 use crate::core::error::Error;
-use crate::core::parse::parse_u64;
+use crate::core::parse::{parse_id, parse_u64};
+use crate::core::request::acquire::{parse_acquire, parse_renew};
 use crate::core::rule::{Algo, Rule, MAX_CLOCK_SKEW_US};
-use crate::core::semaphore::{parse_acquire, parse_renew, Acquire};
+use crate::core::semaphore::Acquire;
 use crate::replicate;
 use crate::stats;
 

@@ -9,8 +9,8 @@ use super::admit::admit_key;
 use super::reply::{int, Value};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::multi::{key_range, parse_multi, MultiRequest};
 use crate::core::rate::Decision;
+use crate::core::request::multi::{key_range, parse_multi, MultiRequest};
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {

@@ -4,10 +4,9 @@ use super::reply::{int, Value};
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::admit::parse_id;
 use crate::core::error::Error;
-use crate::core::parse::parse_count;
-use crate::core::reserve::Settlement;
+use crate::core::parse::{parse_count, parse_id};
+use crate::core::reservations::Settlement;
 use crate::core::rule::MAX_COUNT;
 use crate::stats;
 

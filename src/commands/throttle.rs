@@ -5,8 +5,9 @@ use super::write::{store, update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
+use crate::core::request::throttle::parse_throttle;
 use crate::core::rule::Algo;
-use crate::core::throttle::{from_redis_cell, parse_throttle, throttle, ThrottleReply};
+use crate::core::throttle::{from_redis_cell, throttle, ThrottleReply};
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {

@@ -38,10 +38,13 @@ use smallvec::SmallVec;
 use crate::core::error::Error;
 use crate::core::limiter::{Limiter, State, Wide};
 use crate::core::log::{Entry, Log};
-use crate::core::reserve::{Reservation, Reservations, Settlement, MAX_ID_LEN, MAX_RESERVATIONS};
+use crate::core::reservations::{
+    Reservation, Reservations, Settlement, MAX_ID_LEN, MAX_RESERVATIONS,
+};
 use crate::core::rule::{Algo, Rule, MAX_LOG_LIMIT, MAX_SEMAPHORE_CAPACITY};
 use crate::core::semaphore::{Semaphore, MAX_HOLDER_LEN};
-use crate::core::window::{Fixed, Sliding};
+use crate::core::sliding::Sliding;
+use crate::core::window::Fixed;
 
 pub const VERSION: u8 = 2;
 

@@ -9,8 +9,8 @@
 use proptest::prelude::*;
 
 use super::codec::{decode, encode};
-use crate::core::admit::MAX_KEEP_US;
 use crate::core::limiter::Limiter;
+use crate::core::reservations::MAX_KEEP_US;
 use crate::core::rule::{
     Algo, Rule, MAX_CLOCK_SKEW_US, MAX_COUNT, MAX_LOG_LIMIT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
 };

@@ -6,10 +6,20 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::Error;
+use crate::limiter::{Limiter, State};
+use crate::parse::DAY_US;
+use crate::rate::{self, Decision};
+use crate::rule::{Algo, Family, Rule, MAX_CLOCK_SKEW_US, MAX_COUNT, MAX_PERIOD_US};
+
 /// Longest reservation id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 /// Most reservations one key keeps at once.
 pub const MAX_RESERVATIONS: usize = 10_000;
+/// How long a reservation is kept when `KEEP` is not given.
+pub const DEFAULT_KEEP_US: u64 = 3600 * 1_000_000;
+/// Longest `KEEP`.
+pub const MAX_KEEP_US: u64 = 7 * DAY_US;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settlement {
@@ -98,12 +108,145 @@ impl Reservations {
         self.by_id.is_empty()
     }
 
+    /// Why no admission on a clock before `horizon_us` could have made one of these: forgotten
+    /// too late, or full too late.
+    pub(crate) fn ahead(&self, horizon_us: u64) -> Option<&'static str> {
+        self.entries()
+            .any(|(_, r)| {
+                r.expires_us > horizon_us.saturating_add(MAX_KEEP_US)
+                    || r.reset_after_us > MAX_PERIOD_US + MAX_CLOCK_SKEW_US
+            })
+            .then_some("reservation time is ahead of the server's clock")
+    }
+
     /// Approximate heap bytes: the id and the record in a B-tree node.
     pub fn heap_bytes(&self) -> usize {
         self.by_id
             .keys()
             .map(|id| id.len() + 16 + std::mem::size_of::<Reservation>() + 16)
             .sum()
+    }
+}
+
+impl Limiter {
+    /// Attaches decoded reservations (only gcra and bucket keys take them).
+    pub fn with_reservations(mut self, r: Reservations) -> Result<Limiter, Error> {
+        if r.is_empty() {
+            return Ok(self);
+        }
+        if self.algo().family() != Family::Rate {
+            return Err(Error::BadPayload("reservations on a key that takes none"));
+        }
+        // Counts as some admission and settlement replied them, under any rule there was.
+        let sane = |r: &Reservation| {
+            (1..=MAX_COUNT).contains(&r.estimate)
+                && r.remaining <= MAX_COUNT
+                && r.settled.is_none_or(|s| {
+                    s.remaining <= MAX_COUNT && s.delta.unsigned_abs() <= 2 * MAX_COUNT
+                })
+        };
+        if !r.entries().all(|(_, r)| sane(r)) {
+            return Err(Error::BadPayload("reservation count out of range"));
+        }
+        self.reservations = Some(Box::new(r));
+        Ok(self)
+    }
+
+    pub fn reservations(&self) -> Option<&Reservations> {
+        self.reservations.as_deref()
+    }
+
+    /// `RESERVE id`: admits `cost` as an estimate and remembers the decision under `id` until
+    /// `keep_us` from now. A retry with a live `id` replies the original decision and spends
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve(
+        &mut self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        id: &[u8],
+        keep_us: u64,
+        now_us: u64,
+        dry: bool,
+    ) -> Result<(Decision, bool), Error> {
+        if algo.family() != Family::Rate || self.algo().family() != Family::Rate {
+            return Err(Error::ReserveNeedsRate);
+        }
+        if let Some(r) = self.reservations.as_ref().and_then(|rs| rs.get(id, now_us)) {
+            // The original reply, but never more than the key's capacity now (a later call
+            // may have lowered BURST).
+            let original = Decision {
+                allowed: true,
+                remaining: r.remaining.min(self.rule.burst()),
+                retry_after_us: 0,
+                reset_after_us: r.reset_after_us,
+                limit: self.rule.burst(),
+            };
+            return Ok((original, false));
+        }
+        let live = self.reservations.as_ref().map_or(0, |r| r.live(now_us));
+        if live >= MAX_RESERVATIONS {
+            return Err(Error::TooManyReservations);
+        }
+        let d = self.admit(algo, rule, cost, now_us, dry)?;
+        if d.allowed && !dry {
+            let r = Reservation {
+                estimate: cost,
+                remaining: d.remaining,
+                reset_after_us: d.reset_after_us,
+                expires_us: now_us.saturating_add(keep_us),
+                settled: None,
+            };
+            self.reservations
+                .get_or_insert_default()
+                .insert(id, r, now_us);
+        }
+        Ok((d, d.allowed && !dry))
+    }
+
+    /// Settles reservation `id` with the `actual` cost: the difference from the estimate is
+    /// debited (the level may go down to minus the capacity) or credited (never above the
+    /// capacity). `None` for an unknown or forgotten id. Settling again replies the first
+    /// settlement and changes nothing; the flag tells whether this call changed the state.
+    pub fn settle(&mut self, id: &[u8], actual: u64, now_us: u64) -> Option<(Settlement, bool)> {
+        let r = *self.reservations.as_ref()?.get(id, now_us)?;
+        if let Some(done) = r.settled {
+            return Some((done, false));
+        }
+        let delta = i128::from(actual) - i128::from(r.estimate);
+        let rule = self.rule;
+        let (cap, token) = (rate::capacity(&rule), rate::token(&rule));
+        let level = self.level_at(now_us);
+        let after = (level - delta * token).clamp(-cap, cap);
+        self.store(self.algo(), rule, after, now_us);
+        // What was applied: the whole difference, or less where a bound clamped it (in whole
+        // units, toward zero).
+        let applied = if after == level - delta * token {
+            delta
+        } else {
+            (level - after) / token
+        };
+        let s = Settlement {
+            delta: i64::try_from(applied).unwrap_or(i64::MAX),
+            remaining: u64::try_from(after.max(0) / token).unwrap_or(0),
+        };
+        if let Some(rs) = self.reservations.as_mut() {
+            rs.settle(id, s, now_us);
+        }
+        Some((s, true))
+    }
+
+    /// Units owed (gcra and bucket after settlements that cost more than reserved).
+    pub fn debt(&self, now_us: u64) -> u64 {
+        match self.state {
+            State::Gcra { .. } | State::Bucket { .. } => {
+                let owed = (-self.level_at(now_us)).max(0);
+                let token = rate::token(&self.rule);
+                u64::try_from((owed + token - 1) / token).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        }
     }
 }
 
@@ -226,5 +369,21 @@ mod tests {
             e.to_string(),
             "ERR reservations are only for ALGO gcra and bucket keys"
         );
+    }
+
+    #[test]
+    fn a_retried_reserve_never_replies_more_than_the_capacity() {
+        let big = Rule::new(Algo::Gcra, 100, S, None).unwrap();
+        let small = Rule::new(Algo::Gcra, 5, S, None).unwrap();
+        let mut l = Limiter::new(Algo::Gcra, big);
+        let (d, _) = l.reserve(Algo::Gcra, big, 1, b"r", S, T0, false).unwrap();
+        assert_eq!((d.remaining, d.limit), (99, 100));
+        // Much later, another call lowers the capacity to 5.
+        l.admit(Algo::Gcra, small, 1, T0 + 500_000, false).unwrap();
+        let (d, changed) = l
+            .reserve(Algo::Gcra, small, 1, b"r", S, T0 + 500_000, false)
+            .unwrap();
+        assert!(!changed);
+        assert_eq!((d.allowed, d.remaining, d.limit), (true, 5, 5));
     }
 }

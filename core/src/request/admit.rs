@@ -1,9 +1,9 @@
 //! The typed request of `RL.ADMIT`, parsed from the arguments after the key.
 
-use super::error::{printable, Error};
-use super::parse::{parse_count, parse_duration, DAY_US};
-use super::reserve::MAX_ID_LEN;
-use super::rule::{check_cost, Algo, Family, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
+use crate::error::{printable, Error};
+use crate::parse::{parse_duration, parse_id, set_once, RuleOptions};
+use crate::reservations::{DEFAULT_KEEP_US, MAX_KEEP_US};
+use crate::rule::{Algo, Family, Rule};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmitRequest<'a> {
@@ -19,78 +19,6 @@ pub struct AdmitRequest<'a> {
 pub struct Reserve<'a> {
     pub id: &'a [u8],
     pub keep_us: u64,
-}
-
-/// How long a reservation is kept when `KEEP` is not given.
-pub const DEFAULT_KEEP_US: u64 = 3600 * 1_000_000;
-/// Longest `KEEP`.
-pub const MAX_KEEP_US: u64 = 7 * DAY_US;
-
-/// A holder or reservation id: 1 to 256 bytes.
-pub fn parse_id<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], Error> {
-    if bytes.is_empty() || bytes.len() > MAX_ID_LEN {
-        return Err(Error::BadId(what));
-    }
-    Ok(bytes)
-}
-
-/// The options shared by every command that takes a rule: `BURST`, `COST`, `ALGO`.
-#[derive(Debug, Default)]
-pub struct RuleOptions {
-    pub burst: Option<u64>,
-    pub cost: Option<u64>,
-    pub algo: Option<Algo>,
-}
-
-impl RuleOptions {
-    /// Consumes one rule option at `args[i]` if it is one, returning how many arguments it took.
-    pub fn take<A: AsRef<[u8]>>(&mut self, args: &[A], i: usize) -> Result<usize, Error> {
-        let Some(token) = args.get(i).map(AsRef::as_ref) else {
-            return Ok(0);
-        };
-        let value = |name: &'static str| {
-            args.get(i + 1)
-                .map(AsRef::as_ref)
-                .ok_or(Error::MissingValue(name))
-        };
-        if token.eq_ignore_ascii_case(b"BURST") {
-            set_once(
-                &mut self.burst,
-                "BURST",
-                parse_count(value("BURST")?, "BURST", 1, MAX_COUNT)?,
-            )?;
-        } else if token.eq_ignore_ascii_case(b"COST") {
-            set_once(
-                &mut self.cost,
-                "COST",
-                parse_count(value("COST")?, "COST", 1, MAX_COUNT)?,
-            )?;
-        } else if token.eq_ignore_ascii_case(b"ALGO") {
-            set_once(&mut self.algo, "ALGO", Algo::parse(value("ALGO")?)?)?;
-        } else {
-            return Ok(0);
-        }
-        Ok(2)
-    }
-
-    /// Builds and validates the rule for `limit` per `period`.
-    pub fn rule(&self, limit: &[u8], period: &[u8]) -> Result<(Algo, Rule, u64), Error> {
-        let algo = self.algo.unwrap_or(Algo::Gcra);
-        let limit = parse_count(limit, "limit", 1, MAX_COUNT)?;
-        let period = parse_duration(period, "period", MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
-        let rule = Rule::new(algo, limit, period, self.burst)?;
-        let cost = self.cost.unwrap_or(1);
-        check_cost(cost, &rule)?;
-        Ok((algo, rule, cost))
-    }
-}
-
-pub fn set_once<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), Error> {
-    if slot.is_some() {
-        return Err(Error::Duplicate(name));
-    }
-    *slot = Some(value);
-    Ok(())
 }
 
 /// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP duration]]`

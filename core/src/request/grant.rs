@@ -1,0 +1,92 @@
+//! The typed request of `RL.GRANT`, parsed from the arguments after the key.
+
+use crate::error::{printable, Error};
+use crate::parse::{parse_count, parse_duration, set_once, RuleOptions, DAY_US};
+use crate::rule::{Algo, Rule, MAX_COUNT};
+
+/// Longest `TTL` a grant may be spent for.
+pub const MAX_TTL_US: u64 = DAY_US;
+/// The `TTL` when none is given.
+pub const DEFAULT_TTL_US: u64 = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantRequest {
+    pub algo: Algo,
+    pub rule: Rule,
+    pub want: u64,
+    pub ttl_us: u64,
+}
+
+/// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration]` (after the key).
+pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
+    let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
+        return Err(Error::Arity("RL.GRANT"));
+    };
+    let mut options = RuleOptions::default();
+    let (mut want, mut ttl) = (None, None);
+    let mut i = 2;
+    while let Some(token) = args.get(i).map(AsRef::as_ref) {
+        let taken = options.take(args, i)?;
+        if taken > 0 {
+            i += taken;
+            continue;
+        }
+        let value = args.get(i + 1).map(AsRef::as_ref);
+        if token.eq_ignore_ascii_case(b"WANT") {
+            let v = value.ok_or(Error::MissingValue("WANT"))?;
+            set_once(&mut want, "WANT", parse_count(v, "WANT", 1, MAX_COUNT)?)?;
+        } else if token.eq_ignore_ascii_case(b"TTL") {
+            let v = value.ok_or(Error::MissingValue("TTL"))?;
+            set_once(&mut ttl, "TTL", parse_duration(v, "TTL", MAX_TTL_US, "1d")?)?;
+        } else {
+            return Err(Error::Syntax(printable(token)));
+        }
+        i += 2;
+    }
+    if options.cost.is_some() {
+        return Err(Error::Syntax("COST".into()));
+    }
+    let want = want.ok_or(Error::MissingOption("WANT"))?;
+    let (algo, rule, _) = options.rule(limit.as_ref(), period.as_ref())?;
+    Ok(GrantRequest {
+        algo,
+        rule,
+        want,
+        ttl_us: ttl.unwrap_or(DEFAULT_TTL_US),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    fn parse(line: &str) -> Result<GrantRequest, Error> {
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        parse_grant(&args)
+    }
+
+    #[test]
+    fn parsing() {
+        let g = parse("40000 1s BURST 10000 WANT 100 TTL 250ms").unwrap();
+        assert_eq!((g.want, g.ttl_us, g.rule.burst()), (100, 250_000, 10_000));
+        assert_eq!(parse("5 1s WANT 2").unwrap().ttl_us, S);
+        assert_eq!(
+            parse("5 1s").unwrap_err().to_string(),
+            "ERR WANT is required"
+        );
+        assert_eq!(
+            parse("5 1s WANT 2 COST 1").unwrap_err().to_string(),
+            "ERR syntax error near 'COST'"
+        );
+        assert_eq!(
+            parse("5 1s WANT 0").unwrap_err().to_string(),
+            "ERR WANT must be in the range [1, 1000000000000000]"
+        );
+        assert_eq!(
+            parse("5 1s WANT 1 TTL 2d").unwrap_err().to_string(),
+            "ERR TTL must be between 1ms and 1d"
+        );
+    }
+}

@@ -27,11 +27,12 @@ pub use rl_core as core;
 mod fuzz;
 pub mod info_section;
 pub mod replicate;
+pub mod server;
 pub mod skip_effects;
 pub mod state;
 pub mod stats;
 
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
 
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 use state::LIMITER_TYPE;
@@ -84,29 +85,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 /// is set only where `INFO server` says `server_name:valkey` and the server lists the bit among
 /// the options it supports.
 fn valkey_with_atomic_slot_migration(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: reading API pointers filled in before OnLoad and calling them with OnLoad's
-    // context; the info data is freed before returning and its string is read before that.
-    unsafe {
-        let (Some(all), Some(get), Some(field), Some(free)) = (
-            raw::RedisModule_GetModuleOptionsAll,
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldC,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return false;
-        };
-        if all() & VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION == 0 {
-            return false;
-        }
-        let info = get(ctx, c"server".as_ptr());
-        if info.is_null() {
-            return false;
-        }
-        let name = field(info, c"server_name".as_ptr());
-        let valkey = !name.is_null() && CStr::from_ptr(name).to_bytes() == b"valkey";
-        free(ctx, info);
-        valkey
-    }
+    // SAFETY: reading an API pointer filled in before OnLoad and calling it.
+    let supported = unsafe { raw::RedisModule_GetModuleOptionsAll.map_or(0, |all| all()) };
+    supported & VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION != 0
+        && server::version(ctx).is_some_and(|(flavor, ..)| flavor == server::Flavor::Valkey)
 }
 
 /// The module arguments (`--loadmodule librl.so skip-effects no`): whether commands may skip

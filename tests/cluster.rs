@@ -98,6 +98,15 @@ struct Cluster {
     nodes: Vec<Server>,
 }
 
+/// The slot of each key, in one pipeline.
+fn keyslots(c: &mut Connection, keys: &[String]) -> Vec<i64> {
+    let mut pipe = redis::pipe();
+    for k in keys {
+        pipe.cmd("CLUSTER").arg("KEYSLOT").arg(k);
+    }
+    pipe.query(c).expect("KEYSLOT pipeline")
+}
+
 impl Cluster {
     /// Three primaries, all slots assigned, every node `cluster_state:ok` and agreeing on the map.
     fn start() -> Cluster {
@@ -335,20 +344,14 @@ fn limiters_survive_live_resharding() {
     let cluster = Cluster::start();
     let map = cluster.wait_converged("before resharding");
     // A owns slot 0 (and so the lowest slots); B owns the last slot.
-    let a = cluster.owner_in(&map, 0);
-    let b = cluster.owner_in(&map, SLOTS - 1);
+    let (a, b) = (cluster.owner_in(&map, 0), cluster.owner_in(&map, SLOTS - 1));
     assert_ne!(a, b);
     let a_slots = cluster.slots_of(&map, a);
-    let mut ca = cluster.conn(a);
-    let mut cb = cluster.conn(b);
+    let (mut ca, mut cb) = (cluster.conn(a), cluster.conn(b));
 
     // Candidate keys `{rs<i>}:limiter`, by slot; keep the 20 in A's lowest slots.
     let candidates: Vec<String> = (0..4000).map(|i| format!("{{rs{i}}}:limiter")).collect();
-    let mut pipe = redis::pipe();
-    for k in &candidates {
-        pipe.cmd("CLUSTER").arg("KEYSLOT").arg(k);
-    }
-    let slots: Vec<i64> = pipe.query(&mut ca).expect("KEYSLOT pipeline");
+    let slots = keyslots(&mut ca, &candidates);
     let mut found: Vec<(usize, String, i64)> = candidates
         .into_iter()
         .zip(slots)
@@ -654,20 +657,15 @@ fn limiters_survive_atomic_slot_migration_under_traffic() {
 
     let cluster = Cluster::start();
     let map = cluster.wait_converged("before migration");
-    let a = cluster.owner_in(&map, 0);
-    let b = cluster.owner_in(&map, SLOTS - 1);
+    // A owns slot 0 (and so the lowest slots); B owns the last slot.
+    let (a, b) = (cluster.owner_in(&map, 0), cluster.owner_in(&map, SLOTS - 1));
     assert_ne!(a, b);
     let a_slots = cluster.slots_of(&map, a);
-    let mut ca = cluster.conn(a);
-    let mut cb = cluster.conn(b);
+    let (mut ca, mut cb) = (cluster.conn(a), cluster.conn(b));
 
     // Hash tags in slots 0..100, all A's: one per key below.
     let candidates: Vec<String> = (0..20_000).map(|i| format!("{{asm{i}}}")).collect();
-    let mut pipe = redis::pipe();
-    for k in &candidates {
-        pipe.cmd("CLUSTER").arg("KEYSLOT").arg(k);
-    }
-    let slots: Vec<i64> = pipe.query(&mut ca).expect("KEYSLOT pipeline");
+    let slots = keyslots(&mut ca, &candidates);
     let tags: Vec<(String, i64)> = candidates
         .into_iter()
         .zip(slots)

@@ -136,6 +136,12 @@ fn crafted_states_no_command_could_write_are_refused_naming_the_field() {
     assert!(error_text(&e).ends_with("state time is ahead of the server's clock"));
 }
 
+/// The error `RL.LEASESET` answers for `line`.
+fn leaseset_error(c: &mut Connection, line: &[&str]) -> String {
+    let e = cmd("RL.LEASESET").arg(line).query::<()>(c).unwrap_err();
+    error_text(&e)
+}
+
 /// 100,000 leases is what loading takes: a replayed lease change beyond it is refused, so the
 /// key still saves and loads (it used to empty the whole database on `DEBUG RELOAD`).
 #[test]
@@ -163,12 +169,8 @@ fn leaseset_stops_at_the_largest_capacity_and_the_key_reloads() {
         let () = pipe.query(&mut c).expect("100,000 leases are accepted");
     }
     let line = ["sem:big", "3", "60000000", &now_s, "0", "one-more", &expiry];
-    let e = cmd("RL.LEASESET")
-        .arg(&line)
-        .query::<()>(&mut c)
-        .unwrap_err();
     assert_eq!(
-        error_text(&e),
+        leaseset_error(&mut c, &line),
         "ERR the key keeps 100000 leases already (the largest capacity)"
     );
     let before = digest(&mut c, b"sem:big");
@@ -188,40 +190,16 @@ fn leaseset_stops_at_the_largest_capacity_and_the_key_reloads() {
     // An expiry that no lease taken at now_us could have is refused too.
     let far = (now + 3651 * 86_400 * S).to_string();
     let line = ["sem:big", "3", "60000000", &now_s, "0", "h1", &far];
-    let e = cmd("RL.LEASESET")
-        .arg(&line)
-        .query::<()>(&mut c)
-        .unwrap_err();
     assert_eq!(
-        error_text(&e),
+        leaseset_error(&mut c, &line),
         "ERR expiry_us must be 0 or after now_us by at most 3650d"
     );
     let ahead = (now + 2 * 3600 * S).to_string();
     let line = ["sem:x", "3", "60000000", &ahead, "0", "h1", &far];
-    let e = cmd("RL.LEASESET")
-        .arg(&line)
-        .query::<()>(&mut c)
-        .unwrap_err();
     assert_eq!(
-        error_text(&e),
+        leaseset_error(&mut c, &line),
         "ERR now_us is more than 1h ahead of the server's clock"
     );
-}
-
-/// Redis's CRC-64 (Jones, reflected), which ends every `DUMP` payload.
-fn crc64(data: &[u8]) -> u64 {
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 #[test]

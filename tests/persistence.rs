@@ -227,22 +227,6 @@ fn dump_restore_copy_and_memory_usage() {
     assert!(info.contains("rl_keys_gcra:3"), "{info}");
 }
 
-/// Redis's CRC-64 (Jones polynomial, reflected), which DUMP payloads end with.
-fn crc64(data: &[u8]) -> u64 {
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// Replaces a DUMP payload's body and recomputes its checksum, so only the module sees the
 /// damage.
 fn reseal(body: &[u8], rdb_version: &[u8]) -> Vec<u8> {

@@ -463,3 +463,19 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which DUMP payloads end with.
+pub fn crc64(data: &[u8]) -> u64 {
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}

@@ -47,7 +47,7 @@ NEW_KEYSPACE=100000000
 
 need_tools valgrind callgrind_control callgrind_annotate awk
 build_module
-DIR=$(mktemp -d /tmp/rl-bench.XXXXXX)
+DIR=$(mktemp -d -t rl-bench.XXXXXX)
 SERVER_ARGS="--enable-debug-command local"
 start_server valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$DIR/callgrind.out"
 cli DEBUG SET-ACTIVE-EXPIRE 0 >/dev/null

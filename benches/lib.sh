@@ -136,7 +136,7 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
     PORT=
     PORT=$(free_port)
     [[ -n $PORT ]] || die "no free port found"
-    [[ -n $DIR ]] || DIR=$(mktemp -d /tmp/rl-bench.XXXXXX)
+    [[ -n $DIR ]] || DIR=$(mktemp -d -t rl-bench.XXXXXX)
     # A private copy: a rebuild of target/ during the run must not change what is measured.
     cp "$MODULE" "$DIR/librl.so"
     # shellcheck disable=SC2034 # read by the scripts that source this file
@@ -181,7 +181,7 @@ REPLICA_SYNCS_START=
 attach_replica() {
     REPLICA_PORT=$(free_port)
     [[ -n $REPLICA_PORT ]] || die "no free port found for the replica"
-    REPLICA_DIR=$(mktemp -d /tmp/rl-bench-replica.XXXXXX)
+    REPLICA_DIR=$(mktemp -d -t rl-bench-replica.XXXXXX)
     cp "$DIR/librl.so" "$REPLICA_DIR/librl.so" # the very copy the primary loaded
     "$REDIS_SERVER" --port "$REPLICA_PORT" --bind "$HOST" --dir "$REPLICA_DIR" --save '' \
         --appendonly no --loadmodule "$REPLICA_DIR/librl.so" --logfile "$REPLICA_DIR/redis.log" \

@@ -136,11 +136,13 @@ impl fmt::Display for Error {
             ),
             Error::BadLease => write!(
                 f,
-                "ERR expiry_us must be 0 or after now_us by at most 3650d"
+                "ERR expiry_us must be 0 or after now_us by at most {}",
+                super::rule::MAX_PERIOD_TEXT
             ),
             Error::TooManyLeases => write!(
                 f,
-                "ERR the key keeps 100000 leases already (the largest capacity)"
+                "ERR the key keeps {} leases already (the largest capacity)",
+                super::rule::MAX_SEMAPHORE_CAPACITY
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
         }

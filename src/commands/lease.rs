@@ -2,6 +2,8 @@
 //! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
 //! propagate.
 
+use std::borrow::Cow;
+
 use super::reply::{int, Value};
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
@@ -44,7 +46,7 @@ fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
     let acquired = update(call, &mut key, 1, Some((Algo::Semaphore, rule)), |l| {
         let a = l.acquire(rule, holder, now, false)?;
         let effect = a.acquired.then(|| Effect::Lease {
-            holder: a.holder.clone(),
+            holder: holder.map_or_else(|| Cow::Owned(a.holder.clone()), Cow::Borrowed),
             expiry_us: now.saturating_add(rule.period_us()),
             now_us: now,
         });
@@ -96,8 +98,8 @@ fn change(call: &Call<'_>, holder: &[u8], lease: Option<u64>) -> Result<bool, Cm
             None => (l.release(holder, now)?, 0),
             Some(lease) => (l.renew(holder, lease, now)?, now.saturating_add(lease)),
         };
-        let effect = done.then(|| Effect::Lease {
-            holder: holder.to_vec(),
+        let effect = done.then_some(Effect::Lease {
+            holder: Cow::Borrowed(holder),
             expiry_us,
             now_us: now,
         });

@@ -6,6 +6,8 @@
 //! A change that changes nothing (a refusal, a dry run, a release of an unknown holder) stops
 //! after the core: no key is created, nothing is signalled or propagated.
 
+use std::borrow::Cow;
+
 use super::{Call, CmdError, Key};
 use crate::core::error::Error;
 use crate::core::limiter::Limiter;
@@ -14,12 +16,13 @@ use crate::replicate;
 use crate::stats;
 
 /// What a change sends to replicas and the AOF.
-pub enum Effect {
+pub enum Effect<'h> {
     /// The key's resulting state (`RL.SETSTATE`), batched in a multi-key call.
     State,
     /// One lease change (`RL.LEASESET`), replayed in O(log n) instead of the whole semaphore.
     Lease {
-        holder: Vec<u8>,
+        /// Borrowed from the arguments; owned only for a holder id the semaphore generated.
+        holder: Cow<'h, [u8]>,
         expiry_us: u64,
         now_us: u64,
     },
@@ -39,12 +42,12 @@ enum Fate {
 /// Runs `f` on the key's limiter, or on a fresh one of `fresh` (algorithm, rule) when the key is
 /// empty (`None` then means an empty key stays empty and `f` does not run). When `f` returns an
 /// effect, the key is finished and the effect propagated.
-pub fn update<T>(
+pub fn update<'h, T>(
     call: &Call<'_>,
     key: &mut Key,
     arg: usize,
     fresh: Option<(Algo, Rule)>,
-    f: impl FnOnce(&mut Limiter) -> Result<(T, Option<Effect>), Error>,
+    f: impl FnOnce(&mut Limiter) -> Result<(T, Option<Effect<'h>>), Error>,
 ) -> Result<Option<T>, CmdError> {
     let existing = match key.limiter()? {
         Some(mut limiter) => {
@@ -88,7 +91,7 @@ pub fn update<T>(
 
 /// Stores `limiter` in the key whatever it held (a limiter of the same algorithm is replaced in
 /// place), then finishes it like any change.
-pub fn store(call: &Call<'_>, key: &mut Key, arg: usize, limiter: Limiter, effect: Effect) {
+pub fn store(call: &Call<'_>, key: &mut Key, arg: usize, limiter: Limiter, effect: Effect<'_>) {
     let leftover = match key.limiter() {
         Ok(Some(mut existing)) if existing.algo() == limiter.algo() => {
             *existing = limiter;
@@ -110,7 +113,7 @@ pub fn store(call: &Call<'_>, key: &mut Key, arg: usize, limiter: Limiter, effec
 /// Propagates `effect` for the state `limiter` that the key at argument `arg` now holds, and
 /// says what becomes of the key. A state that equals an absent key propagates as the deletion,
 /// in [`finish`].
-fn propagate(call: &Call<'_>, arg: usize, limiter: &Limiter, effect: Effect) -> Fate {
+fn propagate(call: &Call<'_>, arg: usize, limiter: &Limiter, effect: Effect<'_>) -> Fate {
     if limiter.is_void() {
         let propagate = !matches!(effect, Effect::Replay);
         return Fate::Delete { propagate };

@@ -57,6 +57,31 @@ pub struct Limiter {
     pub(crate) reservations: Option<Box<Reservations>>,
 }
 
+/// A decision made without changing the limiter (see [`Limiter::decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub decision: Decision,
+    /// What spending it changes; `None` when refused.
+    spend: Option<Spend>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Spend {
+    /// The state and rule that replace the limiter's.
+    State { rule: Rule, state: State },
+    /// A log records in place, rather than being copied.
+    Log { rule: Rule, cost: u64, now_us: u64 },
+}
+
+impl Admission {
+    fn new(decision: Decision, spend: Spend) -> Admission {
+        Admission {
+            decision,
+            spend: decision.allowed.then_some(spend),
+        }
+    }
+}
+
 impl Limiter {
     /// The state of a key that does not exist: full capacity.
     pub fn new(algo: Algo, rule: Rule) -> Limiter {
@@ -179,9 +204,6 @@ impl Limiter {
 
     /// Decides `cost` units under `rule` at `now_us`. When admitted and not `dry`, the state
     /// moves to `algo` and `rule` and is spent; otherwise nothing changes.
-    ///
-    /// A clock behind the key's own time line (it stepped back) decides at the key's time, and
-    /// the waits replied count from the real clock: waiting `retry_after` is always enough.
     pub fn admit(
         &mut self,
         algo: Algo,
@@ -190,77 +212,100 @@ impl Limiter {
         now_us: u64,
         dry: bool,
     ) -> Result<Decision, Error> {
+        let admission = self.decide(algo, rule, cost, now_us)?;
+        Ok(if dry {
+            admission.decision
+        } else {
+            self.spend(admission)
+        })
+    }
+
+    /// Decides `cost` units under `rule` at `now_us` without changing anything: the decision,
+    /// and what [`Limiter::spend`] applies when the caller goes ahead. Deciding several limiters
+    /// first and spending only if all admit is `RL.MULTI`'s one pass.
+    ///
+    /// A clock behind the key's own time line (it stepped back) decides at the key's time, and
+    /// the waits replied count from the real clock: waiting `retry_after` is always enough.
+    pub fn decide(
+        &self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<Admission, Error> {
         let at = now_us.max(self.time_floor());
-        let mut d = self.decide_at(algo, rule, cost, at, dry)?;
+        let mut admission = self.decide_at(algo, rule, cost, at)?;
         let behind = at - now_us;
         if behind > 0 {
+            let d = &mut admission.decision;
             for wait in [&mut d.retry_after_us, &mut d.reset_after_us] {
                 if *wait > 0 {
                     *wait = wait.saturating_add(behind);
                 }
             }
         }
-        Ok(d)
+        Ok(admission)
+    }
+
+    /// Applies an admission this limiter decided (and nothing changed since): an admitted one
+    /// moves the state to its algorithm and rule, spent; a refused one changes nothing.
+    pub fn spend(&mut self, admission: Admission) -> Decision {
+        let Admission { decision, spend } = admission;
+        match spend {
+            None => {}
+            Some(Spend::State { rule, state }) => {
+                self.state = state;
+                self.rule = rule;
+            }
+            Some(Spend::Log { rule, cost, now_us }) => {
+                if let State::Log(log) = &mut self.state {
+                    log.record(&rule, cost, now_us);
+                    self.rule = rule;
+                }
+            }
+        }
+        decision
     }
 
     fn decide_at(
-        &mut self,
+        &self,
         algo: Algo,
         rule: Rule,
         cost: u64,
         now_us: u64,
-        dry: bool,
-    ) -> Result<Decision, Error> {
-        let commit = !dry;
-        let decision = match (&mut self.state, algo) {
+    ) -> Result<Admission, Error> {
+        let (decision, state) = match (&self.state, algo) {
             (State::Gcra { .. } | State::Bucket { .. }, Algo::Gcra | Algo::Bucket) => {
                 let level = rate::convert(self.level_at(now_us), &self.rule, &rule);
                 let (decision, after) = rate::decide(&rule, level, cost);
-                if decision.allowed && commit {
-                    self.store(algo, rule, after, now_us);
-                }
-                return Ok(decision);
+                (decision, self.at_level(algo, &rule, after, now_us))
             }
             (State::Window(w), Algo::Window) => {
                 let (decision, after) = w
                     .convert(&self.rule, &rule, now_us)
                     .decide(&rule, cost, now_us);
-                if decision.allowed && commit {
-                    *w = after;
-                }
-                decision
+                (decision, State::Window(after))
             }
             (State::Window(w), Algo::Sliding) => {
                 let s = Sliding::from_fixed(w.convert(&self.rule, &rule, now_us));
                 let (decision, after) = s.decide(&rule, cost, now_us);
-                if decision.allowed && commit {
-                    self.state = State::Sliding(after);
-                }
-                decision
+                (decision, State::Sliding(after))
             }
             (State::Sliding(s), Algo::Sliding) => {
                 let (decision, after) = s
                     .convert(&self.rule, &rule, now_us)
                     .decide(&rule, cost, now_us);
-                if decision.allowed && commit {
-                    *s = after;
-                }
-                decision
+                (decision, State::Sliding(after))
             }
             (State::Sliding(s), Algo::Window) => {
                 let w = s.convert(&self.rule, &rule, now_us).to_fixed();
                 let (decision, after) = w.decide(&rule, cost, now_us);
-                if decision.allowed && commit {
-                    self.state = State::Window(after);
-                }
-                decision
+                (decision, State::Window(after))
             }
             (State::Log(log), Algo::Log) => {
                 let decision = log.decide(&rule, cost, now_us);
-                if decision.allowed && commit {
-                    log.record(&rule, cost, now_us);
-                }
-                decision
+                let spend = Spend::Log { rule, cost, now_us };
+                return Ok(Admission::new(decision, spend));
             }
             _ => {
                 return Err(Error::AlgoMismatch {
@@ -269,21 +314,23 @@ impl Limiter {
                 })
             }
         };
-        if decision.allowed && commit {
-            self.rule = rule;
-        }
-        Ok(decision)
+        Ok(Admission::new(decision, Spend::State { rule, state }))
     }
 
-    /// Moves a gcra or bucket state to `algo` and `rule`, holding `level` ticks at `now_us`.
-    pub(crate) fn store(&mut self, algo: Algo, rule: Rule, level: i128, now_us: u64) {
-        self.state = match (algo, &self.state) {
+    /// A gcra or bucket state for `algo` and `rule` holding `level` ticks at `now_us`.
+    fn at_level(&self, algo: Algo, rule: &Rule, level: i128, now_us: u64) -> State {
+        match (algo, &self.state) {
             (Algo::Bucket, State::Bucket { updated_us, .. }) => {
                 bucket::at_level(level, *updated_us, now_us)
             }
             (Algo::Bucket, _) => bucket::at_level(level, now_us, now_us),
-            _ => gcra::at_level(&rule, level, now_us),
-        };
+            _ => gcra::at_level(rule, level, now_us),
+        }
+    }
+
+    /// Moves a gcra or bucket state to `algo` and `rule`, holding `level` ticks at `now_us`.
+    pub(crate) fn store(&mut self, algo: Algo, rule: Rule, level: i128, now_us: u64) {
+        self.state = self.at_level(algo, &rule, level, now_us);
         self.rule = rule;
     }
 
@@ -339,7 +386,7 @@ impl Limiter {
                 remaining: rule.limit().saturating_sub(s.in_flight(now_us)),
                 retry_after_us: 0,
                 reset_after_us: full_in,
-                limit: rule.limit(),
+                capacity: rule.limit(),
             },
             // Cost 0 against the key's own rule always decides: the algorithm matches.
             _ => self
@@ -349,7 +396,7 @@ impl Limiter {
                     remaining: 0,
                     retry_after_us: 0,
                     reset_after_us: full_in,
-                    limit: rule.burst(),
+                    capacity: rule.burst(),
                 }),
         }
     }
@@ -392,7 +439,7 @@ mod hints {
             for (step, cost) in steps {
                 now = now.saturating_add_signed(step);
                 let d = l.admit(algo, r, cost, now, false).unwrap();
-                prop_assert!(d.remaining <= d.limit);
+                prop_assert!(d.remaining <= d.capacity);
                 if !d.allowed {
                     let later = now + d.retry_after_ms() * 1000;
                     prop_assert!(l.admit(algo, r, cost, later, true).unwrap().allowed,

@@ -89,7 +89,7 @@ impl Log {
             remaining: limit.saturating_sub(after),
             retry_after_us,
             reset_after_us: full_at.saturating_sub(now_us),
-            limit,
+            capacity: limit,
         }
     }
 

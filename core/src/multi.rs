@@ -1,13 +1,13 @@
 //! `RL.MULTI`'s decision: several limiters, one rule each, all or nothing.
 //!
-//! Every rule is first decided without changing anything; only if all admit, and the call is not
-//! a dry run, is each one spent. So a refusal changes no limiter, and an admission leaves each
+//! One pass decides every rule without changing anything; only if all admit, and the call is not
+//! a dry run, is each admission spent (applied as decided, not decided again). So a refusal changes no limiter, and an admission leaves each
 //! limiter exactly as `RL.ADMIT` with that rule alone would.
 
 use smallvec::SmallVec;
 
 use crate::error::Error;
-use crate::limiter::Limiter;
+use crate::limiter::{Admission, Limiter};
 use crate::rate::Decision;
 use crate::request::multi::MultiRule;
 
@@ -26,20 +26,19 @@ pub fn decide(
             rules: rules.len(),
         });
     }
-    let mut decisions = SmallVec::new();
-    for (limiter, r) in limiters.iter_mut().zip(rules) {
-        decisions.push(limiter.admit(r.algo, r.rule, r.cost, now_us, true)?);
+    let mut admissions: SmallVec<[Admission; 8]> = SmallVec::new();
+    for (limiter, r) in limiters.iter().zip(rules) {
+        admissions.push(limiter.decide(r.algo, r.rule, r.cost, now_us)?);
     }
-    let allowed = decisions.iter().all(|d: &Decision| d.allowed);
+    let allowed = admissions.iter().all(|a| a.decision.allowed);
     if !allowed || dry {
-        return Ok((allowed, decisions));
+        return Ok((allowed, admissions.iter().map(|a| a.decision).collect()));
     }
-    // Each rule was just decided with these same arguments, so none of these can fail and leave
-    // the earlier limiters spent.
-    decisions.clear();
-    for (limiter, r) in limiters.iter_mut().zip(rules) {
-        decisions.push(limiter.admit(r.algo, r.rule, r.cost, now_us, false)?);
-    }
+    let decisions = limiters
+        .iter_mut()
+        .zip(admissions)
+        .map(|(limiter, a)| limiter.spend(a))
+        .collect();
     Ok((true, decisions))
 }
 

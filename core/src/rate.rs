@@ -18,8 +18,9 @@ pub struct Decision {
     pub retry_after_us: u64,
     /// How long until the key is back to full, and expires (µs).
     pub reset_after_us: u64,
-    /// The capacity.
-    pub limit: u64,
+    /// The burst size: the most units admitted at once from a full key (for window, sliding
+    /// and log, the limit; for a semaphore, the concurrency).
+    pub capacity: u64,
 }
 
 impl Decision {
@@ -30,7 +31,7 @@ impl Decision {
             remaining: 0,
             retry_after_us: 0,
             reset_after_us: 0,
-            limit: rule.burst(),
+            capacity: rule.burst(),
         }
     }
 
@@ -85,7 +86,7 @@ pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
         remaining: u64::try_from(after.max(0) / token(rule)).unwrap_or(0),
         retry_after_us,
         reset_after_us: ticks_to_us(rule, cap - after),
-        limit: rule.burst(),
+        capacity: rule.burst(),
     };
     (decision, after)
 }

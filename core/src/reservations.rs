@@ -181,7 +181,7 @@ impl Limiter {
                 remaining: r.remaining.min(self.rule.burst()),
                 retry_after_us: 0,
                 reset_after_us: r.reset_after_us,
-                limit: self.rule.burst(),
+                capacity: self.rule.burst(),
             };
             return Ok((original, false));
         }
@@ -377,13 +377,13 @@ mod tests {
         let small = Rule::new(Algo::Gcra, 5, S, None).unwrap();
         let mut l = Limiter::new(Algo::Gcra, big);
         let (d, _) = l.reserve(Algo::Gcra, big, 1, b"r", S, T0, false).unwrap();
-        assert_eq!((d.remaining, d.limit), (99, 100));
+        assert_eq!((d.remaining, d.capacity), (99, 100));
         // Much later, another call lowers the capacity to 5.
         l.admit(Algo::Gcra, small, 1, T0 + 500_000, false).unwrap();
         let (d, changed) = l
             .reserve(Algo::Gcra, small, 1, b"r", S, T0 + 500_000, false)
             .unwrap();
         assert!(!changed);
-        assert_eq!((d.allowed, d.remaining, d.limit), (true, 5, 5));
+        assert_eq!((d.allowed, d.remaining, d.capacity), (true, 5, 5));
     }
 }

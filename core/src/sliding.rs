@@ -63,7 +63,7 @@ impl Sliding {
                 s.admit_at(rule, cost).saturating_sub(now_us)
             },
             reset_after_us: after.full_at_us(rule).saturating_sub(now_us),
-            limit: rule.limit(),
+            capacity: rule.limit(),
         };
         (decision, after)
     }

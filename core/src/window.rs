@@ -45,7 +45,7 @@ impl Fixed {
             remaining: rule.limit().saturating_sub(after),
             retry_after_us: if allowed { 0 } else { to_end },
             reset_after_us: if after == 0 { 0 } else { to_end },
-            limit: rule.limit(),
+            capacity: rule.limit(),
         };
         (
             decision,

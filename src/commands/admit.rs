@@ -23,7 +23,7 @@ pub fn reply_decision(call: &Call<'_>, d: &Decision) {
         ("remaining", int(d.remaining)),
         ("retry_after_ms", int(d.retry_after_ms())),
         ("reset_after_ms", int(d.reset_after_ms())),
-        ("capacity", int(d.limit)),
+        ("capacity", int(d.capacity)),
     ]);
 }
 

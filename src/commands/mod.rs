@@ -63,6 +63,8 @@ pub struct Call<'a> {
 struct Batch {
     /// (argument position of the key, encoded state).
     states: SmallVec<[(usize, Encoded); 8]>,
+    /// Whether anything can receive the states (see `skip_effects`), asked once per call.
+    wanted: bool,
     /// True when a state was not encoded because nothing could receive it: the batch still
     /// counts the one change it would have propagated.
     skipped: bool,
@@ -80,16 +82,17 @@ impl Call<'_> {
 
     /// From now on, states written by this call are gathered instead of propagated one by one.
     pub fn start_batch(&self) {
-        *self.batch.borrow_mut() = Some(Batch::default());
+        *self.batch.borrow_mut() = Some(Batch {
+            wanted: crate::skip_effects::wanted(self.ctx),
+            ..Batch::default()
+        });
     }
 
     /// Propagates the state of the key at argument `arg`, now or with the batch. A state nobody
     /// can receive is not encoded (see `skip_effects`); the batch then only counts a change.
     pub fn propagate_state(&self, arg: usize, limiter: &Limiter) {
         match self.batch.borrow_mut().as_mut() {
-            Some(batch) if crate::skip_effects::wanted(self.ctx) => {
-                batch.states.push((arg, codec::encode(limiter)))
-            }
+            Some(batch) if batch.wanted => batch.states.push((arg, codec::encode(limiter))),
             Some(batch) => batch.skipped = true,
             None => replicate::state(self.ctx, self.raw_arg(arg), limiter),
         }

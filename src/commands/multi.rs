@@ -1,16 +1,19 @@
 //! `RL.MULTI numkeys key [key ...] RULE name limit period [options] [RULE ...] [DRYRUN]`
 //!
-//! All or nothing: every rule is decided without changing anything; only if all admit is each
-//! one spent. A refusal changes no key.
+//! All or nothing, decided by the core (`core::multi::decide`) in one pass over the keys'
+//! limiters: a refusal changes no key; an admission spends every rule, and their states
+//! propagate together as one `RL.SETSTATE`.
 
 use smallvec::SmallVec;
 
-use super::admit::admit_key;
 use super::reply::{int, Value};
+use super::write::{load, Effect, Finish, Loaded};
 use super::{Call, CmdError, Key};
 use crate::clock;
+use crate::core::limiter::Limiter;
+use crate::core::multi::decide;
 use crate::core::rate::Decision;
-use crate::core::request::multi::{key_range, parse_multi, MultiRequest};
+use crate::core::request::multi::{key_range, parse_multi};
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
@@ -53,42 +56,38 @@ type Outcome<'a> = (bool, SmallVec<[Decision; 8]>, SmallVec<[&'a [u8]; 8]>);
 
 fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdError> {
     let req = parse_multi(args)?;
+    let names = req.rules.iter().map(|r| r.name).collect();
     let now = clock::now_us();
+    let first = req.key_positions.start;
     let mut keys: SmallVec<[Key; 8]> = SmallVec::new();
     for pos in req.key_positions.clone() {
         keys.push(Key::open(call.ctx, call.raw_arg(pos))?);
     }
-    let mut decisions = SmallVec::new();
-    for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
-        let pos = req.key_positions.start + i;
-        decisions.push(admit_key(
-            call, key, pos, r.algo, r.rule, r.cost, now, true,
-        )?);
-    }
-    let allowed = decisions.iter().all(|d: &Decision| d.allowed);
-    // Refused (or a dry run): nothing is spent, and each rule reports what `RL.ADMIT ... DRYRUN`
-    // would reply for it, which is what the first pass computed.
-    if !allowed || req.dry_run {
-        return Ok((allowed, decisions, names(&req)));
-    }
-    decisions.clear();
-    call.start_batch();
-    let spent = (|| {
-        for (i, (key, r)) in keys.iter_mut().zip(&req.rules).enumerate() {
-            let pos = req.key_positions.start + i;
-            decisions.push(admit_key(
-                call, key, pos, r.algo, r.rule, r.cost, now, false,
-            )?);
+    let mut loaded: SmallVec<[Loaded<'_>; 8]> = SmallVec::new();
+    for (key, r) in keys.iter_mut().zip(&req.rules) {
+        // A fresh limiter is given for every empty key, so every rule has one.
+        if let Some(l) = load(key, Some((r.algo, r.rule)))? {
+            loaded.push(l);
         }
-        Ok::<_, CmdError>(())
-    })();
-    // Whatever was written is propagated, even if a later rule failed (the dry pass makes
-    // that unreachable, but a replica must never miss a write the primary kept).
+    }
+    let mut limiters: SmallVec<[&mut Limiter; 8]> =
+        loaded.iter_mut().map(Loaded::limiter).collect();
+    let (allowed, decisions) = decide(&mut limiters, &req.rules, now, req.dry_run)?;
+    drop(limiters);
+    // Refused (or a dry run): nothing was changed, and each rule reports what
+    // `RL.ADMIT ... DRYRUN` would reply for it.
+    if !allowed || req.dry_run {
+        return Ok((allowed, decisions, names));
+    }
+    call.start_batch();
+    let finishes: SmallVec<[Finish; 8]> = loaded
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| l.keep(call, first + i, Some(Effect::State)))
+        .collect();
+    for (i, (key, finish)) in keys.iter_mut().zip(finishes).enumerate() {
+        finish.apply(call, key, first + i);
+    }
     call.flush_batch();
-    spent?;
-    Ok((allowed, decisions, names(&req)))
-}
-
-fn names<'a>(req: &MultiRequest<'a>) -> SmallVec<[&'a [u8]; 8]> {
-    req.rules.iter().map(|r| r.name).collect()
+    Ok((allowed, decisions, names))
 }

@@ -13,6 +13,7 @@ use crate::core::error::Error;
 use crate::core::limiter::Limiter;
 use crate::core::rule::{Algo, Rule};
 use crate::replicate;
+use crate::state::value::Held;
 use crate::stats;
 
 /// What a change sends to replicas and the AOF.
@@ -49,44 +50,86 @@ pub fn update<'h, T>(
     fresh: Option<(Algo, Rule)>,
     f: impl FnOnce(&mut Limiter) -> Result<(T, Option<Effect<'h>>), Error>,
 ) -> Result<Option<T>, CmdError> {
-    let existing = match key.limiter()? {
-        Some(mut limiter) => {
-            let before = limiter.algo();
-            let (out, effect) = f(&mut limiter)?;
-            if limiter.algo() != before {
-                // gcra <-> bucket, window <-> sliding: the same value, counted anew.
-                stats::key_freed(before);
-                stats::key_created(limiter.algo());
-            }
-            let fate = effect.map(|e| propagate(call, arg, &limiter, e));
-            if fate.is_some() {
-                limiter.commit();
-            }
-            Ok((out, fate))
-        }
-        None => Err(f),
+    let Some(mut loaded) = load(key, fresh)? else {
+        return Ok(None);
     };
-    let (out, fate) = match existing {
-        Ok(done) => done,
-        Err(f) => {
-            // Built only for an empty key: a fresh log allocates.
-            let Some((algo, rule)) = fresh else {
-                return Ok(None);
-            };
-            let mut limiter = Limiter::new(algo, rule);
-            let (out, effect) = f(&mut limiter)?;
-            let Some(effect) = effect else {
-                return Ok(Some(out));
-            };
-            let fate = propagate(call, arg, &limiter, effect);
-            key.set(limiter);
-            (out, Some(fate))
-        }
-    };
-    if let Some(fate) = fate {
-        finish(call, key, arg, fate);
-    }
+    let (out, effect) = f(loaded.limiter())?;
+    loaded.keep(call, arg, effect).apply(call, key, arg);
     Ok(Some(out))
+}
+
+/// A key's limiter, loaded to be changed: the one the key holds, or a fresh one for an empty
+/// key (built only then: a fresh log allocates).
+pub enum Loaded<'k> {
+    Held { held: Held<'k>, before: Algo },
+    Fresh(Limiter),
+}
+
+/// Loads the key's limiter, or a fresh one of `fresh` (algorithm, rule) when the key is empty;
+/// `None` for an empty key without `fresh`.
+pub fn load(key: &mut Key, fresh: Option<(Algo, Rule)>) -> Result<Option<Loaded<'_>>, CmdError> {
+    Ok(match key.limiter()? {
+        Some(held) => {
+            let before = held.algo();
+            Some(Loaded::Held { held, before })
+        }
+        None => fresh.map(|(algo, rule)| Loaded::Fresh(Limiter::new(algo, rule))),
+    })
+}
+
+impl Loaded<'_> {
+    pub fn limiter(&mut self) -> &mut Limiter {
+        match self {
+            Loaded::Held { held, .. } => held,
+            Loaded::Fresh(limiter) => limiter,
+        }
+    }
+
+    /// Keeps the change when there is an `effect` (propagating it) and says what is left to do
+    /// on the key; without one, nothing was changed and nothing is left to do.
+    pub fn keep(self, call: &Call<'_>, arg: usize, effect: Option<Effect<'_>>) -> Finish {
+        let Some(effect) = effect else {
+            return Finish::default();
+        };
+        match self {
+            Loaded::Held { held, before } => {
+                if held.algo() != before {
+                    // gcra <-> bucket, window <-> sliding: the same value, counted anew.
+                    stats::key_freed(before);
+                    stats::key_created(held.algo());
+                }
+                let fate = propagate(call, arg, &held, effect);
+                held.commit();
+                Finish {
+                    fresh: None,
+                    fate: Some(fate),
+                }
+            }
+            Loaded::Fresh(limiter) => Finish {
+                fate: Some(propagate(call, arg, &limiter, effect)),
+                fresh: Some(limiter),
+            },
+        }
+    }
+}
+
+/// What is left to do on a key once its change was kept: store a fresh limiter, then expire or
+/// delete the key and signal the change.
+#[derive(Default)]
+pub struct Finish {
+    fresh: Option<Limiter>,
+    fate: Option<Fate>,
+}
+
+impl Finish {
+    pub fn apply(self, call: &Call<'_>, key: &mut Key, arg: usize) {
+        if let Some(limiter) = self.fresh {
+            key.set(limiter);
+        }
+        if let Some(fate) = self.fate {
+            finish(call, key, arg, fate);
+        }
+    }
 }
 
 /// Stores `limiter` in the key whatever it held (a limiter of the same algorithm is replaced in

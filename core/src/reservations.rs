@@ -210,6 +210,9 @@ impl Limiter {
     /// capacity). `None` for an unknown or forgotten id. Settling again replies the first
     /// settlement and changes nothing; the flag tells whether this call changed the state.
     pub fn settle(&mut self, id: &[u8], actual: u64, now_us: u64) -> Option<(Settlement, bool)> {
+        // A clock that stepped back settles on the key's own time line, as admissions decide:
+        // a level read before the last write would credit capacity that was never spent.
+        let now_us = now_us.max(self.time_floor());
         let r = *self.reservations.as_ref()?.get(id, now_us)?;
         if let Some(done) = r.settled {
             return Some((done, false));
@@ -239,6 +242,7 @@ impl Limiter {
 
     /// Units owed (gcra and bucket after settlements that cost more than reserved).
     pub fn debt(&self, now_us: u64) -> u64 {
+        let now_us = now_us.max(self.time_floor());
         match self.state {
             State::Gcra { .. } | State::Bucket { .. } => {
                 let owed = (-self.level_at(now_us)).max(0);
@@ -280,6 +284,23 @@ mod tests {
             let before = l.clone();
             assert_eq!(l.settle(b"exp-1", 14, T0), Some((s, false)));
             assert_eq!(l, before);
+        }
+    }
+
+    #[test]
+    fn a_clock_that_stepped_back_settles_on_the_keys_time_line() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let (mut l, rule) = read_bucket(algo);
+            l.reserve(algo, rule, 10, b"exp-4", HOUR, T0, false)
+                .unwrap();
+            let (s, changed) = l.settle(b"exp-4", 6, T0 - 20 * S).unwrap();
+            assert!(changed);
+            // The whole credit, no more; `remaining` is read at the key's time, which for gcra
+            // is a lower bound of when it was written, so it may count less refill.
+            assert_eq!(s.delta, -4, "{algo:?}");
+            assert!(s.remaining <= 14, "{algo:?}: {s:?}");
+            let now = l.admit(algo, rule, 0, T0, true).unwrap();
+            assert_eq!(now.remaining, 14, "{algo:?}");
         }
     }
 

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 pub use redis::{cmd, Connection, Value};
 
+pub mod cluster;
+
 static BUILD: Once = Once::new();
 
 /// The module to load. `cargo test` does not rebuild the `cdylib`, so the first call builds it

@@ -4,10 +4,11 @@
 
 use proptest::prelude::*;
 
-use crate::core::request::acquire::{parse_acquire, parse_renew};
 use crate::core::request::admit::parse_admit;
 use crate::core::request::grant::parse_grant;
+use crate::core::request::lease::{parse_acquire, parse_leaseset, parse_release, parse_renew};
 use crate::core::request::multi::parse_multi;
+use crate::core::request::settle::parse_settle;
 use crate::core::request::throttle::parse_throttle;
 use crate::core::throttle::from_redis_cell;
 use crate::state::codec::{decode, encode};
@@ -58,6 +59,9 @@ proptest! {
         let _ = parse_throttle(&args);
         let _ = parse_acquire(&args);
         let _ = parse_renew(&args);
+        let _ = parse_release(&args);
+        let _ = parse_leaseset(&args);
+        let _ = parse_settle(&args);
         let _ = parse_multi(&args);
         if let Some(first) = args.first() {
             let _ = from_redis_cell(first, crate::core::rule::Rule::new(

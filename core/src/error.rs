@@ -5,6 +5,9 @@
 
 use std::fmt;
 
+use crate::reservations::{MAX_ID_LEN, MAX_RESERVATIONS};
+use crate::rule::{Algo, MAX_CLOCK_SKEW_TEXT, MAX_PERIOD_TEXT, MAX_SEMAPHORE_CAPACITY};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// Wrong number of arguments for the named command.
@@ -95,10 +98,15 @@ impl fmt::Display for Error {
             Error::MissingOption(opt) => write!(f, "ERR {opt} is required"),
             Error::Duplicate(opt) => write!(f, "ERR {opt} given more than once"),
             Error::Syntax(token) => write!(f, "ERR syntax error near '{token}'"),
-            Error::UnknownAlgo(name) => write!(
-                f,
-                "ERR ALGO must be one of gcra, bucket, window, sliding, log (got '{name}')"
-            ),
+            Error::UnknownAlgo(name) => {
+                f.write_str("ERR ALGO must be one of ")?;
+                let names = Algo::ALL.into_iter().filter(|a| *a != Algo::Semaphore);
+                for (i, algo) in names.enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}", algo.name())?;
+                }
+                write!(f, " (got '{name}')")
+            }
             Error::OptionNotAllowed { option, algo } => {
                 write!(f, "ERR {option} is not allowed with ALGO {algo}")
             }
@@ -108,7 +116,7 @@ impl fmt::Display for Error {
             ),
             Error::RefillTooLong => write!(
                 f,
-                "ERR capacity / limit * period (the time to refill the capacity) must be at most 3650d"
+                "ERR capacity / limit * period (the time to refill the capacity) must be at most {MAX_PERIOD_TEXT}"
             ),
             Error::AlgoMismatch { stored, asked } => write!(
                 f,
@@ -126,23 +134,23 @@ impl fmt::Display for Error {
             ),
             Error::TooManyReservations => write!(
                 f,
-                "ERR the key keeps 10000 reservations already: settle them or let them expire"
+                "ERR the key keeps {MAX_RESERVATIONS} reservations already: settle them or let them expire"
             ),
-            Error::BadId(what) => write!(f, "ERR {what} must be 1 to 256 bytes"),
+            Error::BadId(what) => write!(f, "ERR {what} must be 1 to {MAX_ID_LEN} bytes"),
             Error::AheadOfClock(arg) => write!(
                 f,
                 "ERR {arg} is more than {} ahead of the server's clock",
-                super::rule::MAX_CLOCK_SKEW_TEXT
+                MAX_CLOCK_SKEW_TEXT
             ),
             Error::BadLease => write!(
                 f,
                 "ERR expiry_us must be 0 or after now_us by at most {}",
-                super::rule::MAX_PERIOD_TEXT
+                MAX_PERIOD_TEXT
             ),
             Error::TooManyLeases => write!(
                 f,
                 "ERR the key keeps {} leases already (the largest capacity)",
-                super::rule::MAX_SEMAPHORE_CAPACITY
+                MAX_SEMAPHORE_CAPACITY
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
         }

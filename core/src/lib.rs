@@ -12,7 +12,8 @@
 //!   locally), `multi` (all or nothing over several limiters), `throttle` (redis-cell's
 //!   `CL.THROTTLE`).
 //! - `request`: one parser per command, over the helpers in `parse`; `rule` and `error` hold the
-//!   bounds and the error texts built from them.
+//!   bounds and the error texts built from them; `protocol` the names of commands, option tokens
+//!   and reply fields.
 
 // The module runs this code inside Redis, where a panic aborts the server with every user's
 // data: outside tests, nothing may unwrap, index or panic.
@@ -38,6 +39,7 @@ pub mod limiter;
 pub mod log;
 pub mod multi;
 pub mod parse;
+pub mod protocol;
 pub mod rate;
 pub mod request;
 pub mod reservations;

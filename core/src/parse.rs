@@ -5,6 +5,7 @@
 //! and never allocates on the success path.
 
 use crate::error::Error;
+use crate::protocol::token;
 use crate::reservations::MAX_ID_LEN;
 use crate::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 
@@ -136,20 +137,24 @@ impl RuleOptions {
                 .map(AsRef::as_ref)
                 .ok_or(Error::MissingValue(name))
         };
-        if token.eq_ignore_ascii_case(b"BURST") {
+        if token.eq_ignore_ascii_case(token::BURST.as_bytes()) {
             set_once(
                 &mut self.burst,
-                "BURST",
-                parse_count(value("BURST")?, "BURST", 1, MAX_COUNT)?,
+                token::BURST,
+                parse_count(value(token::BURST)?, token::BURST, 1, MAX_COUNT)?,
             )?;
-        } else if token.eq_ignore_ascii_case(b"COST") {
+        } else if token.eq_ignore_ascii_case(token::COST.as_bytes()) {
             set_once(
                 &mut self.cost,
-                "COST",
-                parse_count(value("COST")?, "COST", 1, MAX_COUNT)?,
+                token::COST,
+                parse_count(value(token::COST)?, token::COST, 1, MAX_COUNT)?,
             )?;
-        } else if token.eq_ignore_ascii_case(b"ALGO") {
-            set_once(&mut self.algo, "ALGO", Algo::parse(value("ALGO")?)?)?;
+        } else if token.eq_ignore_ascii_case(token::ALGO.as_bytes()) {
+            set_once(
+                &mut self.algo,
+                token::ALGO,
+                Algo::parse(value(token::ALGO)?)?,
+            )?;
         } else {
             return Ok(0);
         }

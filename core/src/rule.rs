@@ -5,6 +5,7 @@
 
 use super::error::{printable, Error};
 use super::parse::DAY_US;
+use crate::protocol::token;
 
 /// Largest `limit`, `BURST` and `COST` accepted (10^15).
 pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
@@ -131,7 +132,7 @@ impl Rule {
             (Family::Rate, None) => limit,
             (_, Some(_)) => {
                 return Err(Error::OptionNotAllowed {
-                    option: "BURST",
+                    option: token::BURST,
                     algo: algo.name(),
                 })
             }
@@ -139,7 +140,7 @@ impl Rule {
         };
         if !(1..=MAX_COUNT).contains(&burst) {
             return Err(Error::OutOfRange {
-                arg: "BURST",
+                arg: token::BURST,
                 min: 1,
                 max: MAX_COUNT,
             });

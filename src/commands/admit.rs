@@ -5,6 +5,8 @@ use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
+use crate::core::protocol::command;
+use crate::core::protocol::field;
 use crate::core::rate::Decision;
 use crate::core::request::admit::parse_admit;
 use crate::core::rule::{Algo, Rule};
@@ -18,18 +20,19 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
 }
 
 pub fn reply_decision(call: &Call<'_>, d: &Decision) {
+    let [allowed, remaining, retry_after, reset_after, capacity] = field::ADMIT;
     call.reply().int_record(&[
-        ("allowed", i64::from(d.allowed)),
-        ("remaining", int(d.remaining)),
-        ("retry_after_ms", int(d.retry_after_ms())),
-        ("reset_after_ms", int(d.reset_after_ms())),
-        ("capacity", int(d.capacity)),
+        (allowed, i64::from(d.allowed)),
+        (remaining, int(d.remaining)),
+        (retry_after, int(d.retry_after_ms())),
+        (reset_after, int(d.reset_after_ms())),
+        (capacity, int(d.capacity)),
     ]);
 }
 
 fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
     let Some(rest) = call.args.get(2..) else {
-        return Err(Error::Arity("RL.ADMIT").into());
+        return Err(Error::Arity(command::ADMIT).into());
     };
     let req = parse_admit(rest)?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;

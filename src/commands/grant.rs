@@ -6,6 +6,7 @@ use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::grant::Grant;
+use crate::core::protocol::field;
 use crate::core::request::grant::parse_grant;
 use crate::stats;
 
@@ -13,11 +14,12 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     let result = grant(call);
     stats::GRANT.count(result.as_ref().ok().map(|g| g.granted > 0));
     let g = result?;
+    let [granted, remaining, valid, retry_after] = field::GRANT;
     call.reply().int_record(&[
-        ("granted", int(g.granted)),
-        ("remaining", int(g.remaining)),
-        ("valid_ms", int(g.valid_us / 1000)),
-        ("retry_after_ms", int(g.retry_after_us.div_ceil(1000))),
+        (granted, int(g.granted)),
+        (remaining, int(g.remaining)),
+        (valid, int(g.valid_us / 1000)),
+        (retry_after, int(g.retry_after_us.div_ceil(1000))),
     ]);
     Ok(())
 }

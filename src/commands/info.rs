@@ -5,11 +5,12 @@ use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
 use crate::core::limiter::State;
+use crate::core::protocol::command;
 use crate::core::rate;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     if call.args.len() != 2 {
-        return Err(Error::Arity("RL.INFO").into());
+        return Err(Error::Arity(command::INFO).into());
     }
     let mut key = Key::open_read(call.ctx, call.raw_arg(1))?;
     let ttl = key.ttl_ms();

@@ -2,6 +2,7 @@
 //! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
 //! propagate.
 
+use crate::core::protocol::field;
 use std::borrow::Cow;
 
 use super::reply::{int, Value};
@@ -9,9 +10,8 @@ use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
-use crate::core::parse::{parse_id, parse_u64};
-use crate::core::request::acquire::{parse_acquire, parse_renew};
-use crate::core::rule::{Algo, Rule, MAX_CLOCK_SKEW_US};
+use crate::core::request::lease::{parse_acquire, parse_leaseset, parse_release, parse_renew};
+use crate::core::rule::{Algo, MAX_CLOCK_SKEW_US};
 use crate::core::semaphore::Acquire;
 use crate::replicate;
 use crate::stats;
@@ -20,20 +20,21 @@ pub fn acquire(call: &Call<'_>) -> Result<(), CmdError> {
     let result = run_acquire(call);
     stats::ACQUIRE.count(result.as_ref().ok().map(|a| a.acquired));
     let a = result?;
+    let [acquired, holder, in_flight, retry_after] = field::ACQUIRE;
     let reply = call.reply();
     let record = reply.record(4);
-    record.field("acquired", Value::Int(i64::from(a.acquired)));
+    record.field(acquired, Value::Int(i64::from(a.acquired)));
     record.field(
-        "holder",
+        holder,
         if a.holder.is_empty() {
             Value::Null
         } else {
             Value::Bytes(&a.holder)
         },
     );
-    record.field("in_flight", Value::Int(int(a.in_flight)));
+    record.field(in_flight, Value::Int(int(a.in_flight)));
     record.field(
-        "retry_after_ms",
+        retry_after,
         Value::Int(int(a.retry_after_us.div_ceil(1000))),
     );
     Ok(())
@@ -57,14 +58,7 @@ fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
 }
 
 pub fn release(call: &Call<'_>) -> Result<(), CmdError> {
-    let [_, _, holder] = call.args[..] else {
-        return reply_change(
-            call,
-            &stats::RELEASE,
-            Err(Error::Arity("RL.RELEASE").into()),
-        );
-    };
-    let result = parse_id(holder, "holder")
+    let result = parse_release(call.args.get(2..).unwrap_or_default())
         .map_err(CmdError::from)
         .and_then(|holder| change(call, holder, None));
     reply_change(call, &stats::RELEASE, result)
@@ -111,22 +105,15 @@ fn change(call: &Call<'_>, holder: &[u8], lease: Option<u64>) -> Result<bool, Cm
 /// `RL.LEASESET key capacity lease_us now_us next_id holder expiry_us`: replays one lease change
 /// made on the primary (expiry 0 removes the lease). Validated like any command.
 pub fn leaseset(call: &Call<'_>) -> Result<(), CmdError> {
-    let [_, _, capacity, lease, now, next_id, holder, expiry] = call.args[..] else {
-        return Err(Error::Arity("RL.LEASESET").into());
-    };
-    let number = |b: &[u8], name| parse_u64(b, name);
-    let (capacity, lease) = (number(capacity, "capacity")?, number(lease, "lease_us")?);
-    let rule = Rule::restore(Algo::Semaphore, capacity, lease, capacity)?;
-    let (now, next_id) = (number(now, "now_us")?, number(next_id, "next_id")?);
-    let (holder, expiry) = (parse_id(holder, "holder")?, number(expiry, "expiry_us")?);
+    let set = parse_leaseset(call.args.get(2..).unwrap_or_default())?;
     if let Some(clock) = crate::clock::for_foreign_state(call.ctx) {
-        if now > clock.saturating_add(MAX_CLOCK_SKEW_US) {
+        if set.now_us > clock.saturating_add(MAX_CLOCK_SKEW_US) {
             return Err(Error::AheadOfClock("now_us").into());
         }
     }
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
-    update(call, &mut key, 1, Some((Algo::Semaphore, rule)), |l| {
-        l.apply_lease(rule, holder, expiry, now, next_id)?;
+    update(call, &mut key, 1, Some((Algo::Semaphore, set.rule)), |l| {
+        l.apply_lease(set.rule, set.holder, set.expiry_us, set.now_us, set.next_id)?;
         Ok(((), Some(Effect::Replay)))
     })?;
     replicate::verbatim(call.ctx);

@@ -382,3 +382,21 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     }
     docs::register(ctx)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::core::protocol::command;
+
+    /// The table registers exactly the commands the protocol names (which the clients send).
+    #[test]
+    fn the_table_registers_the_protocol_commands() {
+        let mut registered: Vec<_> = super::COMMANDS
+            .iter()
+            .map(|c| c.name.to_str().unwrap())
+            .collect();
+        let mut named = command::ALL.to_vec();
+        registered.sort_unstable();
+        named.sort_unstable();
+        assert_eq!(registered, named);
+    }
+}

@@ -4,6 +4,7 @@
 //! limiters: a refusal changes no key; an admission spends every rule, and their states
 //! propagate together as one `RL.SETSTATE`.
 
+use crate::core::protocol::field;
 use smallvec::SmallVec;
 
 use super::reply::{int, Value};
@@ -34,19 +35,21 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         .map(Decision::retry_after_ms)
         .max()
         .unwrap_or(0);
+    let [allowed_f, denied_by_f, retry_after_f, rules_f] = field::MULTI;
+    let [name_f, remaining_f, reset_after_f] = field::MULTI_RULE;
     let reply = call.reply();
     let record = reply.record(4);
-    record.field("allowed", Value::Int(i64::from(allowed)));
+    record.field(allowed_f, Value::Int(i64::from(allowed)));
     let denied = denied_by.and_then(|i| names.get(i)).copied();
-    record.field("denied_by", denied.map_or(Value::Null, Value::Bytes));
-    record.field("retry_after_ms", Value::Int(int(retry)));
-    record.field_with("rules", |reply| {
+    record.field(denied_by_f, denied.map_or(Value::Null, Value::Bytes));
+    record.field(retry_after_f, Value::Int(int(retry)));
+    record.field_with(rules_f, |reply| {
         reply.array(decisions.len());
         for (d, name) in decisions.iter().zip(names.iter()) {
             let rule = reply.record(3);
-            rule.field("name", Value::Bytes(name));
-            rule.field("remaining", Value::Int(int(d.remaining)));
-            rule.field("reset_after_ms", Value::Int(int(d.reset_after_ms())));
+            rule.field(name_f, Value::Bytes(name));
+            rule.field(remaining_f, Value::Int(int(d.remaining)));
+            rule.field(reset_after_f, Value::Int(int(d.reset_after_ms())));
         }
     });
     Ok(())

@@ -8,13 +8,14 @@
 use super::write::{store, Effect};
 use super::{Call, CmdError, Key};
 use crate::core::error::Error;
+use crate::core::protocol::command;
 use crate::replicate;
 use crate::state::codec;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     let pairs = call.args.get(1..).unwrap_or_default();
     if pairs.is_empty() || pairs.len() % 2 != 0 {
-        return Err(Error::Arity("RL.SETSTATE").into());
+        return Err(Error::Arity(command::SETSTATE).into());
     }
     // Every payload is checked before any key changes: all or nothing.
     let mut limiters = Vec::with_capacity(pairs.len() / 2);

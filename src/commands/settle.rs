@@ -4,10 +4,9 @@ use super::reply::{int, Value};
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
-use crate::core::error::Error;
-use crate::core::parse::{parse_count, parse_id};
+use crate::core::protocol::field;
+use crate::core::request::settle::parse_settle;
 use crate::core::reservations::Settlement;
-use crate::core::rule::MAX_COUNT;
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
@@ -17,20 +16,17 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
         None => call.reply().value(Value::Null),
         Some(s) => {
             let reply = call.reply();
+            let [delta, remaining] = field::SETTLE;
             let record = reply.record(2);
-            record.field("delta", Value::Int(s.delta));
-            record.field("remaining", Value::Int(int(s.remaining)));
+            record.field(delta, Value::Int(s.delta));
+            record.field(remaining, Value::Int(int(s.remaining)));
         }
     }
     Ok(())
 }
 
 fn settle(call: &Call<'_>) -> Result<Option<Settlement>, CmdError> {
-    let [_, _, id, actual] = call.args[..] else {
-        return Err(Error::Arity("RL.SETTLE").into());
-    };
-    let id = parse_id(id, "id")?;
-    let actual = parse_count(actual, "actual", 0, MAX_COUNT)?;
+    let (id, actual) = parse_settle(call.args.get(2..).unwrap_or_default())?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
     let settled = update(call, &mut key, 1, None, |l| {

@@ -5,6 +5,7 @@ use super::write::{store, update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::error::Error;
+use crate::core::protocol::command;
 use crate::core::request::throttle::parse_throttle;
 use crate::core::rule::Algo;
 use crate::core::throttle::{from_redis_cell, throttle, ThrottleReply};
@@ -31,7 +32,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
 
 fn run_throttle(call: &Call<'_>) -> Result<ThrottleReply, CmdError> {
     let Some(rest) = call.args.get(2..) else {
-        return Err(Error::Arity("CL.THROTTLE").into());
+        return Err(Error::Arity(command::THROTTLE).into());
     };
     let req = parse_throttle(rest)?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;

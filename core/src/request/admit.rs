@@ -2,6 +2,7 @@
 
 use crate::error::{printable, Error};
 use crate::parse::{parse_duration, parse_id, set_once, RuleOptions};
+use crate::protocol::{command, token};
 use crate::reservations::{DEFAULT_KEEP_US, MAX_KEEP_US};
 use crate::rule::{Algo, Family, Rule};
 
@@ -25,7 +26,7 @@ pub struct Reserve<'a> {
 /// (the arguments after the key).
 pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("RL.ADMIT"));
+        return Err(Error::Arity(command::ADMIT));
     };
     let mut options = RuleOptions::default();
     let mut dry_run = false;
@@ -36,21 +37,21 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error
         let value = args.get(i + 1).map(AsRef::as_ref);
         if taken > 0 {
             i += taken;
-        } else if token.eq_ignore_ascii_case(b"RESERVE") {
-            let v = value.ok_or(Error::MissingValue("RESERVE"))?;
-            set_once(&mut id, "RESERVE", parse_id(v, "RESERVE id")?)?;
+        } else if token.eq_ignore_ascii_case(token::RESERVE.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::RESERVE))?;
+            set_once(&mut id, token::RESERVE, parse_id(v, "RESERVE id")?)?;
             i += 2;
-        } else if token.eq_ignore_ascii_case(b"KEEP") {
-            let v = value.ok_or(Error::MissingValue("KEEP"))?;
+        } else if token.eq_ignore_ascii_case(token::KEEP.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::KEEP))?;
             set_once(
                 &mut keep,
-                "KEEP",
-                parse_duration(v, "KEEP", MAX_KEEP_US, "7d")?,
+                token::KEEP,
+                parse_duration(v, token::KEEP, MAX_KEEP_US, "7d")?,
             )?;
             i += 2;
-        } else if token.eq_ignore_ascii_case(b"DRYRUN") {
+        } else if token.eq_ignore_ascii_case(token::DRYRUN.as_bytes()) {
             if dry_run {
-                return Err(Error::Duplicate("DRYRUN"));
+                return Err(Error::Duplicate(token::DRYRUN));
             }
             dry_run = true;
             i += 1;

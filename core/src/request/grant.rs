@@ -2,6 +2,7 @@
 
 use crate::error::{printable, Error};
 use crate::parse::{parse_count, parse_duration, set_once, RuleOptions, DAY_US};
+use crate::protocol::{command, token};
 use crate::rule::{Algo, Rule, MAX_COUNT};
 
 /// Longest `TTL` a grant may be spent for.
@@ -20,7 +21,7 @@ pub struct GrantRequest {
 /// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration]` (after the key).
 pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("RL.GRANT"));
+        return Err(Error::Arity(command::GRANT));
     };
     let mut options = RuleOptions::default();
     let (mut want, mut ttl) = (None, None);
@@ -32,21 +33,29 @@ pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
             continue;
         }
         let value = args.get(i + 1).map(AsRef::as_ref);
-        if token.eq_ignore_ascii_case(b"WANT") {
-            let v = value.ok_or(Error::MissingValue("WANT"))?;
-            set_once(&mut want, "WANT", parse_count(v, "WANT", 1, MAX_COUNT)?)?;
-        } else if token.eq_ignore_ascii_case(b"TTL") {
-            let v = value.ok_or(Error::MissingValue("TTL"))?;
-            set_once(&mut ttl, "TTL", parse_duration(v, "TTL", MAX_TTL_US, "1d")?)?;
+        if token.eq_ignore_ascii_case(token::WANT.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::WANT))?;
+            set_once(
+                &mut want,
+                token::WANT,
+                parse_count(v, token::WANT, 1, MAX_COUNT)?,
+            )?;
+        } else if token.eq_ignore_ascii_case(token::TTL.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::TTL))?;
+            set_once(
+                &mut ttl,
+                token::TTL,
+                parse_duration(v, token::TTL, MAX_TTL_US, "1d")?,
+            )?;
         } else {
             return Err(Error::Syntax(printable(token)));
         }
         i += 2;
     }
     if options.cost.is_some() {
-        return Err(Error::Syntax("COST".into()));
+        return Err(Error::Syntax(token::COST.into()));
     }
-    let want = want.ok_or(Error::MissingOption("WANT"))?;
+    let want = want.ok_or(Error::MissingOption(token::WANT))?;
     let (algo, rule, _) = options.rule(limit.as_ref(), period.as_ref())?;
     Ok(GrantRequest {
         algo,

@@ -1,5 +1,6 @@
 //! The typed request of `RL.MULTI`: several keys, one rule each, all or nothing.
 
+use crate::protocol::{command, token};
 use smallvec::SmallVec;
 
 use crate::error::{printable, Error};
@@ -28,11 +29,11 @@ pub struct MultiRequest<'a> {
 /// Reads `numkeys` (argument 1) and checks that that many keys follow it. Used on its own to
 /// answer a cluster's key-position request.
 pub fn key_range<A: AsRef<[u8]>>(args: &[A]) -> Result<std::ops::Range<usize>, Error> {
-    let numkeys = args.get(1).ok_or(Error::Arity("RL.MULTI"))?;
+    let numkeys = args.get(1).ok_or(Error::Arity(command::MULTI))?;
     let n = parse_count(numkeys.as_ref(), "numkeys", 1, MAX_MULTI_KEYS)?;
     let n = usize::try_from(n).unwrap_or(usize::MAX);
     if args.len() < 2 + n {
-        return Err(Error::Arity("RL.MULTI"));
+        return Err(Error::Arity(command::MULTI));
     }
     Ok(2..2 + n)
 }
@@ -55,12 +56,12 @@ pub fn parse_multi<A: AsRef<[u8]>>(args: &[A]) -> Result<MultiRequest<'_>, Error
     let mut dry_run = None;
     let mut i = keys.end;
     while let Some(token) = args.get(i).map(AsRef::as_ref) {
-        if token.eq_ignore_ascii_case(b"DRYRUN") {
-            set_once(&mut dry_run, "DRYRUN", ())?;
+        if token.eq_ignore_ascii_case(token::DRYRUN.as_bytes()) {
+            set_once(&mut dry_run, token::DRYRUN, ())?;
             i += 1;
             continue;
         }
-        if !token.eq_ignore_ascii_case(b"RULE") {
+        if !token.eq_ignore_ascii_case(token::RULE.as_bytes()) {
             return Err(Error::Syntax(printable(token)));
         }
         let (Some(name), Some(limit), Some(period)) = (

@@ -3,6 +3,7 @@
 
 use crate::error::Error;
 use crate::parse::parse_count;
+use crate::protocol::command;
 use crate::rule::{Algo, Rule, MAX_COUNT, MAX_PERIOD_US};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,10 +15,10 @@ pub struct ThrottleRequest {
 /// Parses the arguments after the key: `max_burst count period [quantity]`.
 pub fn parse_throttle<A: AsRef<[u8]>>(args: &[A]) -> Result<ThrottleRequest, Error> {
     let [max_burst, count, period, rest @ ..] = args else {
-        return Err(Error::Arity("CL.THROTTLE"));
+        return Err(Error::Arity(command::THROTTLE));
     };
     if rest.len() > 1 {
-        return Err(Error::Arity("CL.THROTTLE"));
+        return Err(Error::Arity(command::THROTTLE));
     }
     let max_burst = parse_count(max_burst.as_ref(), "max_burst", 0, MAX_COUNT - 1)?;
     let count = parse_count(count.as_ref(), "count", 1, MAX_COUNT)?;

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::core::limiter::Limiter;
 use crate::skip_effects;
-use crate::state::{codec, SETSTATE};
+use crate::state::{codec, RESERVESET, SETSTATE};
 
 /// Propagates `RL.SETSTATE key <payload>` for the limiter just written. The expiry is not sent:
 /// it is a function of the state (the instant it is full again), which the receiver derives.
@@ -113,6 +113,71 @@ pub fn lease(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, op
                 n(op.expiry_us),
             );
         }
+    }
+}
+
+/// Propagates `RL.RESERVESET key payload now_us id expires_us estimate remaining
+/// reset_after_us [delta settled]`: reservation `id` as `limiter` now holds it, with the rate
+/// state alone, so the effect costs the same however many reservations the key keeps.
+pub fn reservation(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    limiter: &Limiter,
+    id: &[u8],
+    now_us: u64,
+) {
+    if skipped(ctx) {
+        return;
+    }
+    let Some(r) = limiter.reservations().and_then(|rs| rs.get(id, now_us)) else {
+        return;
+    };
+    let encoded = codec::encode_without_reservations(limiter);
+    let payload = encoded.as_bytes();
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let (expires, estimate) = (n(r.expires_us), n(r.estimate));
+    let (remaining, reset) = (n(r.remaining), n(r.reset_after_us));
+    // SAFETY: the format strings match: a Redis string, a buffer and its length, a long long,
+    // a buffer and its length, then four (or six) long longs.
+    unsafe {
+        let Some(replicate) = raw::RedisModule_Replicate else {
+            return;
+        };
+        let (p, id_len) = (payload.as_ptr(), id.len());
+        match r.settled {
+            None => replicate(
+                ctx,
+                RESERVESET.as_ptr(),
+                c"sblbllll".as_ptr(),
+                key,
+                p,
+                payload.len(),
+                n(now_us),
+                id.as_ptr(),
+                id_len,
+                expires,
+                estimate,
+                remaining,
+                reset,
+            ),
+            Some(s) => replicate(
+                ctx,
+                RESERVESET.as_ptr(),
+                c"sblbllllll".as_ptr(),
+                key,
+                p,
+                payload.len(),
+                n(now_us),
+                id.as_ptr(),
+                id_len,
+                expires,
+                estimate,
+                remaining,
+                reset,
+                s.delta,
+                n(s.remaining),
+            ),
+        };
     }
 }
 

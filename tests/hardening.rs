@@ -362,3 +362,130 @@ fn writes_that_grow_memory_are_refused_out_of_memory() {
         .unwrap();
     let () = cmd("RL.LEASESET").arg(&line).query(&mut c).unwrap();
 }
+
+/// `RL.INFO`'s live reservation count of `key`.
+fn reservations(c: &mut Connection, key: &str) -> i64 {
+    let info: Vec<Value> = cmd("RL.INFO").arg(key).query(c).expect("RL.INFO");
+    let at = info
+        .iter()
+        .position(|v| matches!(v, Value::BulkString(b) if b == b"reservations"))
+        .unwrap_or_else(|| panic!("no reservations field: {info:?}"));
+    match &info[at + 1] {
+        Value::Int(n) => *n,
+        other => panic!("reservations: {other:?}"),
+    }
+}
+
+/// `RL.RESERVESET` from a client: what a primary's reserve or settle propagates applies in
+/// place (forgetting what expired by its `now_us`), and what none could have written is refused,
+/// changing nothing.
+#[test]
+fn a_replayed_reservation_change_applies_alone_and_is_checked() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let base = now_us() - 3 * 3600 * S;
+    let gcra = payload(0, 10, S, 10, &0i128.to_le_bytes(), &no_reservations());
+    let set = |c: &mut Connection, key: &str, now: u64, id: &str, rest: &[u64]| {
+        let mut command = cmd("RL.RESERVESET");
+        command.arg(key).arg(&gcra).arg(now).arg(id).arg(rest);
+        command.query::<()>(c)
+    };
+    let hour = 3600 * S;
+    set(&mut c, "k", base, "r1", &[base + hour, 1, 9, 100_000]).expect("r1");
+    set(
+        &mut c,
+        "k",
+        base + S,
+        "r2",
+        &[base + 2 * hour, 2, 7, 300_000],
+    )
+    .expect("r2");
+    // Both were forgotten hours ago, so the key expired as it was written.
+    let exists: i64 = cmd("EXISTS").arg("k").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
+    let now = now_us();
+    set(&mut c, "k", now, "r3", &[now + hour, 1, 9, 100_000]).expect("r3");
+    assert_eq!(reservations(&mut c, "k"), 1);
+    set(&mut c, "k", now, "r3", &[now + hour, 1, 9, 100_000, 0, 10]).expect("r3 settled");
+    assert_eq!(reservations(&mut c, "k"), 1);
+
+    let before = digest(&mut c, b"k");
+    let mut carrying = gcra.clone();
+    carrying.truncate(carrying.len() - 4);
+    carrying.extend_from_slice(&1u32.to_le_bytes());
+    carrying.extend_from_slice(&2u16.to_le_bytes());
+    carrying.extend_from_slice(b"r9");
+    carrying.extend_from_slice(&words(&[1, 9, 100_000, now + hour]));
+    carrying.push(0);
+    let cases: Vec<(&str, Vec<u8>, Vec<u64>, &str)> = vec![
+        (
+            "a window state",
+            window(3, now - now % S),
+            vec![now, now + hour, 1, 9, 0],
+            "ERR invalid limiter state payload: a reservation goes with a gcra or bucket state without reservations",
+        ),
+        (
+            "a payload carrying reservations",
+            carrying,
+            vec![now, now + hour, 1, 9, 0],
+            "ERR invalid limiter state payload: a reservation goes with a gcra or bucket state without reservations",
+        ),
+        (
+            "forgotten when made",
+            gcra.clone(),
+            vec![now, now, 1, 9, 0],
+            "ERR invalid limiter state payload: reservation out of range",
+        ),
+        (
+            "kept longer than KEEP allows",
+            gcra.clone(),
+            vec![now, now + 8 * 24 * hour, 1, 9, 0],
+            "ERR invalid limiter state payload: reservation out of range",
+        ),
+        (
+            "an estimate of 0",
+            gcra.clone(),
+            vec![now, now + hour, 0, 9, 0],
+            "ERR invalid limiter state payload: reservation out of range",
+        ),
+        (
+            "a settlement beyond any capacity",
+            gcra.clone(),
+            vec![now, now + hour, 1, 9, 0, u64::MAX >> 1, 5],
+            "ERR invalid limiter state payload: reservation out of range",
+        ),
+        (
+            "made 2 hours ahead",
+            gcra.clone(),
+            vec![now + 2 * hour, now + 3 * hour, 1, 9, 0],
+            "ERR now_us is more than 1h ahead of the server's clock",
+        ),
+    ];
+    for (what, p, n, want) in cases {
+        let e = cmd("RL.RESERVESET")
+            .arg("k")
+            .arg(p)
+            .arg(n[0])
+            .arg("r4")
+            .arg(&n[1..])
+            .query::<()>(&mut c)
+            .expect_err(what);
+        assert_eq!(error_text(&e), want, "{what}");
+        assert_eq!(digest(&mut c, b"k"), before, "{what}: the key changed");
+    }
+    let e = cmd("RL.RESERVESET")
+        .arg("k")
+        .arg(&gcra)
+        .arg(now)
+        .arg("r4")
+        .arg(&[now + hour, 1, 9][..])
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert_eq!(
+        error_text(&e),
+        "ERR wrong number of arguments for 'RL.RESERVESET' command"
+    );
+    let _: () = cmd("SET").arg("s").arg("x").query(&mut c).unwrap();
+    let e = set(&mut c, "s", now, "r1", &[now + hour, 1, 9, 100_000]).unwrap_err();
+    assert!(error_text(&e).starts_with("WRONGTYPE"), "{e}");
+}

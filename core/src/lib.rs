@@ -30,6 +30,7 @@
 )]
 
 pub mod bucket;
+pub mod entries;
 #[cfg(test)]
 mod equivalence;
 pub mod error;

@@ -45,7 +45,7 @@ pub enum State {
     Window(Fixed),
     Sliding(Sliding),
     Log(Box<Log>),
-    Semaphore(Box<Semaphore>),
+    Semaphore(Semaphore),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl Limiter {
             Algo::Window => State::Window(Fixed::default()),
             Algo::Sliding => State::Sliding(Sliding::default()),
             Algo::Log => State::Log(Box::default()),
-            Algo::Semaphore => State::Semaphore(Box::default()),
+            Algo::Semaphore => State::Semaphore(Semaphore::default()),
         };
         Limiter {
             rule,
@@ -366,7 +366,7 @@ impl Limiter {
     pub fn heap_bytes(&self) -> usize {
         match &self.state {
             State::Log(log) => std::mem::size_of::<Log>() + log.heap_bytes(),
-            State::Semaphore(s) => std::mem::size_of::<Semaphore>() + s.heap_bytes(),
+            State::Semaphore(s) => s.heap_bytes(),
             _ => 0,
         }
         .saturating_add(

@@ -14,11 +14,13 @@ pub mod command {
     pub const INFO: &str = "RL.INFO";
     pub const SETSTATE: &str = "RL.SETSTATE";
     pub const LEASESET: &str = "RL.LEASESET";
+    pub const RESERVESET: &str = "RL.RESERVESET";
     pub const THROTTLE: &str = "CL.THROTTLE";
 
     /// Every command the module registers.
-    pub const ALL: [&str; 11] = [
-        ADMIT, MULTI, ACQUIRE, RELEASE, RENEW, SETTLE, GRANT, INFO, SETSTATE, LEASESET, THROTTLE,
+    pub const ALL: [&str; 12] = [
+        ADMIT, MULTI, ACQUIRE, RELEASE, RENEW, SETTLE, GRANT, INFO, SETSTATE, LEASESET, RESERVESET,
+        THROTTLE,
     ];
 }
 

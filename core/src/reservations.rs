@@ -4,8 +4,7 @@
 //! id replies the same and spends nothing) and, once settled, the settlement's reply (so a retried
 //! `RL.SETTLE` replies the same and changes nothing). Each is forgotten `KEEP` after it was made.
 
-use std::collections::BTreeMap;
-
+use crate::entries::Entries;
 use crate::error::Error;
 use crate::limiter::{Limiter, State};
 use crate::parse::DAY_US;
@@ -39,9 +38,30 @@ pub struct Reservation {
     pub settled: Option<Settlement>,
 }
 
+/// A reservation as kept: its expiry is the entry's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Kept {
+    estimate: u64,
+    remaining: u64,
+    reset_after_us: u64,
+    settled: Option<Settlement>,
+}
+
+impl Kept {
+    fn reservation(self, expires_us: u64) -> Reservation {
+        Reservation {
+            estimate: self.estimate,
+            remaining: self.remaining,
+            reset_after_us: self.reset_after_us,
+            expires_us,
+            settled: self.settled,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Reservations {
-    by_id: BTreeMap<Box<[u8]>, Reservation>,
+    by_id: Entries<Kept>,
 }
 
 impl Reservations {
@@ -52,48 +72,61 @@ impl Reservations {
             .iter()
             .zip(entries.iter().skip(1))
             .all(|(a, b)| a.0 < b.0)
+            || entries.len() > MAX_RESERVATIONS
         {
             return None;
         }
         let mut r = Reservations::default();
         for (id, res) in entries {
-            if id.is_empty() || id.len() > MAX_ID_LEN || r.by_id.insert(id, res).is_some() {
+            if id.is_empty() || id.len() > MAX_ID_LEN {
                 return None;
             }
+            r.keep(&id, res);
         }
-        (r.by_id.len() <= MAX_RESERVATIONS).then_some(r)
+        Some(r)
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &Reservation)> {
-        self.by_id.iter().map(|(k, v)| (&**k, v))
+    fn keep(&mut self, id: &[u8], r: Reservation) {
+        let kept = Kept {
+            estimate: r.estimate,
+            remaining: r.remaining,
+            reset_after_us: r.reset_after_us,
+            settled: r.settled,
+        };
+        self.by_id.insert(id, r.expires_us, kept);
+    }
+
+    /// Every reservation, in id order.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], Reservation)> {
+        self.by_id
+            .by_id()
+            .map(|(id, expires_us, kept)| (id, kept.reservation(expires_us)))
     }
 
     /// The reservation under `id`, unless it was forgotten by `now_us`.
-    pub fn get(&self, id: &[u8], now_us: u64) -> Option<&Reservation> {
-        self.by_id.get(id).filter(|r| r.expires_us > now_us)
+    pub fn get(&self, id: &[u8], now_us: u64) -> Option<Reservation> {
+        let (expires_us, kept) = self.by_id.get(id)?;
+        (expires_us > now_us).then(|| kept.reservation(expires_us))
     }
 
     /// Live reservations at `now_us`.
     pub fn live(&self, now_us: u64) -> usize {
-        self.by_id
-            .values()
-            .filter(|r| r.expires_us > now_us)
-            .count()
+        self.by_id.live(now_us)
     }
 
     /// Records a reservation, dropping the forgotten ones. False when the key already keeps
     /// `MAX_RESERVATIONS`.
     pub fn insert(&mut self, id: &[u8], r: Reservation, now_us: u64) -> bool {
-        self.by_id.retain(|_, r| r.expires_us > now_us);
+        self.by_id.prune(now_us);
         if self.by_id.len() >= MAX_RESERVATIONS {
             return false;
         }
-        self.by_id.insert(id.into(), r);
+        self.keep(id, r);
         true
     }
 
     pub fn settle(&mut self, id: &[u8], s: Settlement, now_us: u64) {
-        self.by_id.retain(|_, r| r.expires_us > now_us);
+        self.by_id.prune(now_us);
         if let Some(r) = self.by_id.get_mut(id) {
             r.settled = Some(s);
         }
@@ -101,7 +134,7 @@ impl Reservations {
 
     /// When the last reservation is forgotten (0 when there is none).
     pub fn until_us(&self) -> u64 {
-        self.by_id.values().map(|r| r.expires_us).max().unwrap_or(0)
+        self.by_id.latest()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -119,13 +152,18 @@ impl Reservations {
             .then_some("reservation time is ahead of the server's clock")
     }
 
-    /// Approximate heap bytes: the id and the record in a B-tree node.
+    /// Heap bytes outside this struct.
     pub fn heap_bytes(&self) -> usize {
-        self.by_id
-            .keys()
-            .map(|id| id.len() + 16 + std::mem::size_of::<Reservation>() + 16)
-            .sum()
+        self.by_id.heap_bytes()
     }
+}
+
+/// Counts as some admission and settlement replied them, under any rule there was.
+fn sane(r: &Reservation) -> bool {
+    (1..=MAX_COUNT).contains(&r.estimate)
+        && r.remaining <= MAX_COUNT
+        && r.settled
+            .is_none_or(|s| s.remaining <= MAX_COUNT && s.delta.unsigned_abs() <= 2 * MAX_COUNT)
 }
 
 impl Limiter {
@@ -137,15 +175,7 @@ impl Limiter {
         if self.algo().family() != Family::Rate {
             return Err(Error::BadPayload("reservations on a key that takes none"));
         }
-        // Counts as some admission and settlement replied them, under any rule there was.
-        let sane = |r: &Reservation| {
-            (1..=MAX_COUNT).contains(&r.estimate)
-                && r.remaining <= MAX_COUNT
-                && r.settled.is_none_or(|s| {
-                    s.remaining <= MAX_COUNT && s.delta.unsigned_abs() <= 2 * MAX_COUNT
-                })
-        };
-        if !r.entries().all(|(_, r)| sane(r)) {
+        if !r.entries().all(|(_, r)| sane(&r)) {
             return Err(Error::BadPayload("reservation count out of range"));
         }
         self.reservations = Some(Box::new(r));
@@ -210,19 +240,19 @@ impl Limiter {
     /// capacity). `None` for an unknown or forgotten id. Settling again replies the first
     /// settlement and changes nothing; the flag tells whether this call changed the state.
     pub fn settle(&mut self, id: &[u8], actual: u64, now_us: u64) -> Option<(Settlement, bool)> {
-        // A clock that stepped back settles on the key's own time line, as admissions decide:
-        // a level read before the last write would credit capacity that was never spent.
-        let now_us = now_us.max(self.time_floor());
-        let r = *self.reservations.as_ref()?.get(id, now_us)?;
+        let r = self.reservations.as_ref()?.get(id, now_us)?;
         if let Some(done) = r.settled {
             return Some((done, false));
         }
         let delta = i128::from(actual) - i128::from(r.estimate);
         let rule = self.rule;
         let (cap, token) = (rate::capacity(&rule), rate::token(&rule));
-        let level = self.level_at(now_us);
+        // A clock that stepped back settles on the key's own time line, as admissions decide:
+        // a level read before the last write would credit capacity that was never spent.
+        let at = now_us.max(self.time_floor());
+        let level = self.level_at(at);
         let after = (level - delta * token).clamp(-cap, cap);
-        self.store(self.algo(), rule, after, now_us);
+        self.store(self.algo(), rule, after, at);
         // What was applied: the whole difference, or less where a bound clamped it (in whole
         // units, toward zero).
         let applied = if after == level - delta * token {
@@ -238,6 +268,52 @@ impl Limiter {
             rs.settle(id, s, now_us);
         }
         Some((s, true))
+    }
+
+    /// Replays one reservation change made on a primary at `now_us` (`RL.RESERVESET`): the key
+    /// becomes `to`, the rate state the primary wrote (without reservations), and keeps the
+    /// reservations it had (when it held a rate state) but those forgotten by `now_us`, with
+    /// `id`'s set to `r`. The primary did exactly this, so a replica holds its exact state, in
+    /// O(log n) rather than a copy of every reservation.
+    ///
+    /// Refused, changing nothing, when no reserve or settle at `now_us` could have written it.
+    pub fn replay_reservation(
+        &mut self,
+        to: Limiter,
+        id: &[u8],
+        r: Reservation,
+        now_us: u64,
+    ) -> Result<(), Error> {
+        if to.algo().family() != Family::Rate || to.reservations.is_some() {
+            return Err(Error::BadPayload(
+                "a reservation goes with a gcra or bucket state without reservations",
+            ));
+        }
+        // No bound on `reset_after_us`: a clock that stepped back lengthens it without limit.
+        let keep = r.expires_us.saturating_sub(now_us);
+        if !sane(&r) || keep == 0 || keep > MAX_KEEP_US {
+            return Err(Error::BadPayload("reservation out of range"));
+        }
+        let kept = match self.algo().family() {
+            Family::Rate => self.reservations.as_deref(),
+            _ => None,
+        };
+        let others = kept.map_or(0, |k| {
+            k.live(now_us) - usize::from(k.get(id, now_us).is_some())
+        });
+        if others >= MAX_RESERVATIONS {
+            return Err(Error::TooManyReservations);
+        }
+        let mut kept = match self.algo().family() {
+            Family::Rate => self.reservations.take(),
+            _ => None,
+        };
+        *self = to;
+        let rs = kept.get_or_insert_default();
+        rs.by_id.prune(now_us);
+        rs.keep(id, r);
+        self.reservations = kept;
+        Ok(())
     }
 
     /// Units owed (gcra and bucket after settlements that cost more than reserved).

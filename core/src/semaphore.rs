@@ -6,8 +6,7 @@
 //! count; they are dropped when the semaphore is next written, so a refusal or a release of an
 //! unknown holder changes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use crate::entries::Entries;
 use crate::error::Error;
 use crate::limiter::{Limiter, State};
 use crate::rule::{Algo, Rule, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
@@ -17,10 +16,9 @@ pub const MAX_HOLDER_LEN: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Semaphore {
-    /// Holder → expiry (µs since the epoch).
-    leases: BTreeMap<Box<[u8]>, u64>,
-    /// (expiry, holder), earliest first.
-    by_expiry: BTreeSet<(u64, Box<[u8]>)>,
+    /// Holder → expiry (µs since the epoch); `None` when there is no lease, so a semaphore
+    /// stays two words inside the limiter and one allocation holds its first lease.
+    leases: Option<Box<Entries<()>>>,
     /// Sequence number for generated holder ids.
     next_id: u64,
 }
@@ -50,20 +48,19 @@ impl Semaphore {
             ..Semaphore::default()
         };
         for (holder, expiry) in leases {
-            if holder.is_empty() || holder.len() > MAX_HOLDER_LEN {
+            if holder.is_empty() || holder.len() > MAX_HOLDER_LEN || s.holds(&holder, 0) {
                 return None;
             }
-            s.by_expiry.insert((expiry, holder.clone()));
-            if s.leases.insert(holder, expiry).is_some() {
-                return None;
-            }
+            s.set(&holder, expiry);
         }
         Some(s)
     }
 
     /// Leases, earliest expiry first.
     pub fn leases(&self) -> impl Iterator<Item = (&[u8], u64)> {
-        self.by_expiry.iter().map(|(e, h)| (&**h, *e))
+        self.leases
+            .iter()
+            .flat_map(|l| l.by_expiry().map(|(expiry, holder, ())| (holder, expiry)))
     }
 
     pub fn next_id(&self) -> u64 {
@@ -71,42 +68,46 @@ impl Semaphore {
     }
 
     fn holds(&self, holder: &[u8], now_us: u64) -> bool {
-        self.leases.get(holder).is_some_and(|&e| e > now_us)
+        self.leases
+            .as_ref()
+            .and_then(|l| l.get(holder))
+            .is_some_and(|(e, _)| e > now_us)
     }
 
     /// Leases still live at `now_us`.
     pub fn in_flight(&self, now_us: u64) -> u64 {
-        let expired = self
-            .by_expiry
-            .range(..(now_us.saturating_add(1), Box::default()))
-            .count();
-        (self.by_expiry.len() - expired) as u64
+        self.leases.as_ref().map_or(0, |l| l.live(now_us) as u64)
     }
 
     fn earliest_live(&self, now_us: u64) -> Option<u64> {
-        self.by_expiry
-            .range((now_us.saturating_add(1), Box::<[u8]>::default())..)
-            .next()
-            .map(|(e, _)| *e)
+        self.leases.as_ref()?.earliest_after(now_us)
     }
 
     /// Drops the leases that expired by `now_us`.
     fn prune(&mut self, now_us: u64) {
-        while let Some((expiry, _)) = self.by_expiry.first() {
-            if *expiry > now_us {
-                break;
-            }
-            if let Some((_, holder)) = self.by_expiry.pop_first() {
-                self.leases.remove(&holder);
-            }
+        if let Some(l) = self.leases.as_mut() {
+            l.prune(now_us);
         }
+        self.drop_if_empty();
     }
 
     fn set(&mut self, holder: &[u8], expiry: u64) {
-        if let Some(old) = self.leases.insert(holder.into(), expiry) {
-            self.by_expiry.remove(&(old, holder.into()));
+        self.leases
+            .get_or_insert_default()
+            .insert(holder, expiry, ());
+    }
+
+    fn remove(&mut self, holder: &[u8]) {
+        if let Some(l) = self.leases.as_mut() {
+            l.remove(holder);
         }
-        self.by_expiry.insert((expiry, holder.into()));
+        self.drop_if_empty();
+    }
+
+    fn drop_if_empty(&mut self) {
+        if self.leases.as_ref().is_some_and(|l| l.is_empty()) {
+            self.leases = None;
+        }
     }
 
     /// Takes (or, for a holder that already has one, renews) a slot until `now + lease_us`.
@@ -173,9 +174,7 @@ impl Semaphore {
         }
         self.prune(now_us);
         if expiry_us == 0 {
-            if let Some(expiry) = self.leases.remove(holder) {
-                self.by_expiry.remove(&(expiry, holder.into()));
-            }
+            self.remove(holder);
         } else {
             self.set(holder, expiry_us);
         }
@@ -188,9 +187,7 @@ impl Semaphore {
         if !self.holds(holder, now_us) {
             return false;
         }
-        if let Some(expiry) = self.leases.remove(holder) {
-            self.by_expiry.remove(&(expiry, holder.into()));
-        }
+        self.remove(holder);
         self.prune(now_us);
         true
     }
@@ -207,16 +204,16 @@ impl Semaphore {
 
     /// When the last lease expires; 0 when there is none (the key then equals an absent one).
     pub fn full_at_us(&self) -> u64 {
-        self.by_expiry.last().map_or(0, |(e, _)| *e)
+        self.leases.as_ref().map_or(0, |l| l.latest())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
+        self.leases.is_none()
     }
 
     /// Leases kept, expired ones included until the next write drops them.
     pub fn len(&self) -> usize {
-        self.leases.len()
+        self.leases.as_ref().map_or(0, |l| l.len())
     }
 
     /// Why no command could have written this semaphore: more leases than any capacity.
@@ -232,9 +229,11 @@ impl Semaphore {
             .then_some("lease expiry is ahead of the server's clock")
     }
 
-    /// Approximate heap bytes: each lease's holder is kept twice, in two B-tree nodes.
+    /// Heap bytes: the leases' allocation and what it holds.
     pub fn heap_bytes(&self) -> usize {
-        self.leases.keys().map(|h| 2 * (h.len() + 48)).sum()
+        self.leases
+            .as_ref()
+            .map_or(0, |l| std::mem::size_of::<Entries<()>>() + l.heap_bytes())
     }
 }
 

@@ -42,7 +42,11 @@ fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
         None => admit_key(call, &mut key, 1, algo, rule, cost, now, dry),
         Some(r) => update(call, &mut key, 1, Some((algo, rule)), |l| {
             let (d, changed) = l.reserve(algo, rule, cost, r.id, r.keep_us, now, dry)?;
-            Ok((d, changed.then_some(Effect::State)))
+            let effect = Effect::Reservation {
+                id: r.id,
+                now_us: now,
+            };
+            Ok((d, changed.then_some(effect)))
         })
         .map(|d| d.unwrap_or_else(|| Decision::refused(&rule))),
     }

@@ -292,6 +292,51 @@ pub static LEASESET_ARGS: [Arg; 7] = [
     ),
 ];
 
+static SETTLEMENT_ARGS: [Arg; 2] = [
+    described(
+        arg(c"delta", INTEGER),
+        c"units the settlement debited (negative: credited)",
+    ),
+    described(
+        arg(c"settled", INTEGER),
+        c"the remaining units the settlement replied",
+    ),
+];
+
+pub static RESERVESET_ARGS: [Arg; 9] = [
+    KEY_ARG,
+    described(
+        arg(c"payload", STRING),
+        c"the key's rule and rate state, encoded as RL.SETSTATE takes them, without reservations",
+    ),
+    described(
+        arg(c"now_us", INTEGER),
+        c"the primary's time of the change, in microseconds",
+    ),
+    described(arg(c"id", STRING), c"the reservation id, 1 to 256 bytes"),
+    described(
+        arg(c"expires_us", INTEGER),
+        c"when the reservation is forgotten, in microseconds since the epoch",
+    ),
+    described(arg(c"estimate", INTEGER), c"the units reserved"),
+    described(
+        arg(c"remaining", INTEGER),
+        c"the remaining units the admission replied",
+    ),
+    described(
+        arg(c"reset_after_us", INTEGER),
+        c"the reset the admission replied, in microseconds",
+    ),
+    Arg {
+        name: c"settlement",
+        kind: BLOCK,
+        token: None,
+        flags: OPTIONAL,
+        summary: Some(c"present once the reservation was settled"),
+        subargs: &SETTLEMENT_ARGS,
+    },
+];
+
 /// Converts an argument tree to the raw form. The returned vectors own the child arrays that the
 /// raw structs point into; they must outlive the `SetCommandInfo` call (which copies them).
 fn raw_args(

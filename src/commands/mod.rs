@@ -13,6 +13,7 @@ mod key;
 pub mod lease;
 pub mod multi;
 mod reply;
+pub mod reserveset;
 pub mod setstate;
 pub mod settle;
 pub mod throttle;
@@ -233,7 +234,7 @@ macro_rules! callback {
 }
 
 /// Every command, in the order `INFO rl` shows their counters.
-pub static COMMANDS: [Command; 11] = [
+pub static COMMANDS: [Command; 12] = [
     Command {
         name: c"RL.ADMIT",
         callback: callback!(admit::run),
@@ -354,6 +355,17 @@ pub static COMMANDS: [Command; 11] = [
         summary: c"Replays one lease change made on a primary (how replicas and the AOF receive semaphore effects).",
         complexity: c"O(log N) in the leases, plus those that expired",
         args: &docs::LEASESET_ARGS,
+        stats: None,
+    },
+    Command {
+        name: c"RL.RESERVESET",
+        callback: callback!(reserveset::run),
+        flags: c"write deny-oom",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -9,
+        summary: c"Replays one reservation change made on a primary (how replicas and the AOF receive RESERVE and RL.SETTLE effects).",
+        complexity: c"O(log N) in the reservations, plus those forgotten",
+        args: &docs::RESERVESET_ARGS,
         stats: None,
     },
 ];

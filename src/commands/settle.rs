@@ -31,7 +31,10 @@ fn settle(call: &Call<'_>) -> Result<Option<Settlement>, CmdError> {
     let now = clock::now_us();
     let settled = update(call, &mut key, 1, None, |l| {
         Ok(match l.settle(id, actual, now) {
-            Some((s, changed)) => (Some(s), changed.then_some(Effect::State)),
+            Some((s, changed)) => (
+                Some(s),
+                changed.then_some(Effect::Reservation { id, now_us: now }),
+            ),
             None => (None, None),
         })
     })?;

@@ -27,6 +27,14 @@ pub enum Effect<'h> {
         expiry_us: u64,
         now_us: u64,
     },
+    /// One reservation change (`RL.RESERVESET`): the rate state and that reservation, not the
+    /// others.
+    Reservation {
+        /// Borrowed from the arguments.
+        id: &'h [u8],
+        /// The clock the change was made at: reservations forgotten by then were dropped.
+        now_us: u64,
+    },
     /// Nothing per key: the command is itself the effect and propagates verbatim.
     Replay,
 }
@@ -177,6 +185,9 @@ fn propagate(call: &Call<'_>, arg: usize, limiter: &Limiter, effect: Effect<'_>)
                 expiry_us,
             };
             replicate::lease(call.ctx, call.raw_arg(arg), &op);
+        }
+        Effect::Reservation { id, now_us } => {
+            replicate::reservation(call.ctx, call.raw_arg(arg), limiter, id, now_us)
         }
         Effect::Replay => {}
     }

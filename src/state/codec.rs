@@ -73,6 +73,16 @@ impl Encoded {
 }
 
 pub fn encode(limiter: &Limiter) -> Encoded {
+    encode_parts(limiter, true)
+}
+
+/// The encoding of the limiter's rule and state alone, as if it held no reservation: what
+/// `RL.RESERVESET` sends with the one reservation that changed.
+pub fn encode_without_reservations(limiter: &Limiter) -> Encoded {
+    encode_parts(limiter, false)
+}
+
+fn encode_parts(limiter: &Limiter, with_reservations: bool) -> Encoded {
     let mut out = Encoded(SmallVec::new());
     let rule = limiter.rule();
     out.push(&[VERSION, limiter.algo().code()]);
@@ -113,6 +123,7 @@ pub fn encode(limiter: &Limiter) -> Encoded {
     }
     let reservations: Vec<_> = limiter
         .reservations()
+        .filter(|_| with_reservations)
         .map(|r| r.entries().collect())
         .unwrap_or_default();
     out.push_count(reservations.len());
@@ -242,7 +253,7 @@ pub fn decode(bytes: &[u8], now_us: Option<u64>) -> Result<Limiter, Error> {
             }
             let s = Semaphore::from_leases(leases, next_id)
                 .ok_or(Error::BadPayload("leases out of order"))?;
-            State::Semaphore(Box::new(s))
+            State::Semaphore(s)
         }
     };
     let mut limiter = Limiter::from_parts(rule, state)?;

@@ -46,6 +46,7 @@ pub static LIMITER_TYPE: RedisType = RedisType::new(
 
 /// The name of the command that rebuilds a value from its encoding (replication and AOF).
 pub const SETSTATE: &std::ffi::CStr = c"RL.SETSTATE";
+pub const RESERVESET: &std::ffi::CStr = c"RL.RESERVESET";
 
 /// Hands a limiter to Redis, in its smallest form, counting it in `INFO rl`.
 pub fn into_raw(limiter: Limiter) -> *mut c_void {

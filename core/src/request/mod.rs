@@ -5,5 +5,6 @@ pub mod admit;
 pub mod grant;
 pub mod lease;
 pub mod multi;
+pub mod reserveset;
 pub mod settle;
 pub mod throttle;

@@ -308,7 +308,7 @@ mod tests {
     fn id(i: u8) -> Vec<u8> {
         // Some ids fit inline, some do not.
         let mut id = format!("holder-{i}").into_bytes();
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             id.extend_from_slice(b"-with-a-long-suffix");
         }
         id

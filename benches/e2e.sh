@@ -88,7 +88,7 @@ for call in $(seq 12); do
     [[ $m == "$l" ]] || die "call $call: RL.MULTI says '$m', gcra_all.lua '$l'"
     case $call in
         10) [[ $m == "1 - 90 10 0 40 990 " ]] || die "call 10: $m"; tenth=$m ;;
-        11 | 12) [[ $m == "0 c 90 10 0 40 990 " ]] || die "call $call: $m" ;;
+        11 | 12) [[ $m == "0 c 89 9 0 39 989 " ]] || die "call $call: $m" ;;
     esac
 done
 log "   call 10: $tenth(both); calls 11 and 12: $m(both)"

@@ -254,6 +254,10 @@ five_keys() { local s; for s in a b c d e; do printf '{%s:%s}:%s ' "$1" "$2" "$s
 five_rules() { local s; for s in a b c d e; do printf 'RULE %s %s %s ' "$s" "$1" "$2"; done; }
 # Five SETs (separated by ";") creating those keys as gcra_all.lua's, with a TAT in the past.
 five_sets() { local s; for s in a b c d e; do printf 'SET {%s:%s}:%s 1764000000000000 PX 3600000;' "$1" "$2" "$s"; done; }
+# $3 keys "{P:N}:1 .. {P:N}:$3" and $1 RULE clauses r1 .. r$1 "limit period", for the RL.MULTI
+# variants that show the cost of each additional rule.
+n_keys() { local i; for ((i = 1; i <= $3; i++)); do printf '{%s:%s}:%s ' "$1" "$2" "$i"; done; }
+n_rules() { local i; for ((i = 1; i <= $1; i++)); do printf 'RULE r%s %s %s ' "$i" "$2" "$3"; done; }
 # The same five rules as gcra_all.lua arguments: name limit period_us burst cost.
 five_args() { local s; for s in a b c d e; do printf '%s %s %s %s 1 ' "$s" "$1" "$2" "$1"; done; }
 
@@ -372,6 +376,10 @@ define_benches() {
         "Lua GCRA, existing key|evalsha|1||EVALSHA $SHA 1 bench:wlua:$r 3650 315360000000000 3650 1|SET bench:wlua:$p 1764000000000000 PX 3600000"
         "RL.MULTI 5 rules, existing keys|rl.multi|8|<Lua 5 keys, existing keys|RL.MULTI 5 $(five_keys w $r)$(five_rules 3650 3650d)|RL.MULTI 5 $(five_keys w $p)$(five_rules 3650 3650d)"
         "Lua 5 keys, existing keys|evalsha|8||EVALSHA $SHA_ALL 5 $(five_keys wl $r)$(five_args 3650 315360000000000)|$(five_sets wl $p)"
+        # One and 16 rules: the cost of each rule beyond the first, and 16 rules in one call
+        # against 16 calls of "RL.ADMIT gcra, existing key".
+        "RL.MULTI 1 rule, existing keys|rl.multi|1|>RL.ADMIT gcra, existing key|RL.MULTI 1 $(n_keys w1 $r 1)$(n_rules 1 3650 3650d)|RL.MULTI 1 $(n_keys w1 $p 1)$(n_rules 1 3650 3650d)"
+        "RL.MULTI 16 rules, existing keys|rl.multi|16|>RL.ADMIT gcra, existing key|RL.MULTI 16 $(n_keys w16 $r 16)$(n_rules 16 3650 3650d)|RL.MULTI 16 $(n_keys w16 $p 16)$(n_rules 16 3650 3650d)"
         # RL.GRANT WANT 100: a chunk of 100 tokens in one call, against RL.ADMIT's one. New key:
         # 100 units at 1000000/s, full again 100 µs later. Existing key: capacity 3650000, one
         # unit per 86.4 s, so each call moves the TAT 2.4 h ahead and every call is granted 100.

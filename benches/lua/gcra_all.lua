@@ -4,7 +4,8 @@
 -- Reads every TAT, decides every rule, and writes every key only if every rule admits.
 -- Reply as RL.MULTI's: allowed, denied_by (the first refusing rule, nil when allowed),
 -- retry_after_ms (the longest wait among refusing rules), and per rule
--- {name, remaining, reset_after_ms}.
+-- {name, remaining, reset_after_ms}: for a rule that admits, after spending its cost (spent for
+-- real only when every rule admits); for a refusing rule, what it holds now.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local n = #KEYS
@@ -29,8 +30,8 @@ end
 local rules = {}
 for i = 1, n do
   local after = tat[i]
+  if new_tat[i] - capacity[i] <= now then after = new_tat[i] end
   if allowed == 1 then
-    after = new_tat[i]
     redis.call('SET', KEYS[i], string.format('%d', math.ceil(after)), 'PX',
       math.ceil((after - now) / 1000))
   end

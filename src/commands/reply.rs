@@ -1,11 +1,15 @@
 //! Replies: a record of named fields is a map in RESP3 and an array of values in RESP2.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_long, CString};
 
 use redis_module::raw;
 
 pub struct Reply {
     ctx: *mut raw::RedisModuleCtx,
+    /// Whether the client speaks RESP3, asked once: a reply of many records (`RL.MULTI`'s
+    /// rules) would otherwise ask the server for every one.
+    resp3: Cell<Option<bool>>,
 }
 
 /// One field value of a record reply.
@@ -17,13 +21,21 @@ pub enum Value<'a> {
 
 impl Reply {
     pub fn new(ctx: *mut raw::RedisModuleCtx) -> Reply {
-        Reply { ctx }
+        Reply {
+            ctx,
+            resp3: Cell::new(None),
+        }
     }
 
     fn resp3(&self) -> bool {
+        if let Some(known) = self.resp3.get() {
+            return known;
+        }
         // SAFETY: `ctx` is the running command's context.
         let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
-        flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as c_int != 0
+        let resp3 = flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as c_int != 0;
+        self.resp3.set(Some(resp3));
+        resp3
     }
 
     /// Opens a record of `n` fields: a map in RESP3, an array of the values in RESP2. Each

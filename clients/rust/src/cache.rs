@@ -56,16 +56,11 @@ impl NegativeCache {
     /// `retry_after`. The newest refusal replaces an older one: it is the freshest knowledge.
     pub fn refused(&self, rule: &str, key: &str, cost: u64, retry_after: Duration, now: Instant) {
         let hold = retry_after.min(self.max);
-        if hold.is_zero() {
+        // An instant beyond the clock's range cannot be held; not caching is always safe.
+        let Some(until) = now.checked_add(hold).filter(|_| !hold.is_zero()) else {
             return;
-        }
-        self.lock().put(
-            slot(rule, key),
-            Entry {
-                cost,
-                until: now + hold,
-            },
-        );
+        };
+        self.lock().put(slot(rule, key), Entry { cost, until });
     }
 
     /// The remaining wait if a request of `cost` units under `rule` on `key` is refused locally.
@@ -77,7 +72,7 @@ impl NegativeCache {
             map.pop(&slot);
             return None;
         }
-        (cost >= entry.cost).then(|| entry.until - now)
+        (cost >= entry.cost).then(|| entry.until.duration_since(now))
     }
 
     pub fn len(&self) -> usize {

@@ -209,7 +209,7 @@ impl IpNet {
             (IpAddr::V6(n), IpAddr::V6(p)) => (u128::from(n), u128::from(p), 128u32),
             _ => return false,
         };
-        let host_bits = bits - u32::from(self.prefix);
+        let host_bits = bits.saturating_sub(u32::from(self.prefix));
         // A /0 has every host bit free; shifting a u128 by 128 would overflow.
         let shift = |v: u128| v.checked_shr(host_bits).unwrap_or(0);
         shift(net) == shift(peer)
@@ -770,11 +770,10 @@ impl KeyTemplate {
             if !text.is_empty() {
                 parts.push(Part::Text(text.to_string()));
             }
-            let after = after.get(2..).unwrap_or_default();
-            let end = after
-                .find('}')
+            let (name, tail) = after
+                .get(2..)
+                .and_then(|a| a.split_once('}'))
                 .ok_or_else(|| format!("unclosed '${{' in '{source}'"))?;
-            let name = after.get(..end).unwrap_or_default();
             parts.push(Part::Var(match name {
                 "user" => Var::User,
                 "tenant" => Var::Tenant,
@@ -786,7 +785,7 @@ impl KeyTemplate {
                     ))
                 }
             }));
-            rest = after.get(end + 1..).unwrap_or_default();
+            rest = tail;
         }
         if !rest.is_empty() {
             parts.push(Part::Text(rest.to_string()));
@@ -809,18 +808,16 @@ impl KeyTemplate {
         for part in &self.parts {
             match (part, tag.as_mut()) {
                 (Part::Text(t), None) => {
-                    if let Some(open) = t.find('{') {
-                        let inside = t.get(open + 1..).unwrap_or_default();
-                        if let Some(close) = inside.find('}') {
-                            let tag = inside.get(..close).unwrap_or_default();
+                    if let Some((_, inside)) = t.split_once('{') {
+                        if let Some((tag, _)) = inside.split_once('}') {
                             return (!tag.is_empty()).then(|| tag.to_string());
                         }
                         tag = Some(inside.to_string());
                     }
                 }
                 (Part::Text(t), Some(acc)) => {
-                    if let Some(close) = t.find('}') {
-                        acc.push_str(t.get(..close).unwrap_or_default());
+                    if let Some((end, _)) = t.split_once('}') {
+                        acc.push_str(end);
                         return (!acc.is_empty()).then(|| acc.clone());
                     }
                     acc.push_str(t);
@@ -843,7 +840,7 @@ impl KeyTemplate {
     /// caller-chosen header can neither move its key to another slot (breaking `RL.MULTI`) nor
     /// collide with another identity's key.
     pub fn render(&self, id: &RequestIdentity<'_>) -> String {
-        let mut out = String::with_capacity(self.source.len() + 16);
+        let mut out = String::with_capacity(self.source.len().saturating_add(16));
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),

@@ -203,6 +203,14 @@ impl Breaker {
         })
     }
 
+    /// Open from `now` for `open`. A period beyond the clock's range (no policy can write one)
+    /// half-opens at once rather than panicking: the next request probes.
+    fn opened(&self, now: Instant) -> State {
+        State::Open {
+            until: now.checked_add(self.open).unwrap_or(now),
+        }
+    }
+
     fn outcome(&self, probe: bool, ok: bool, now: Instant) {
         let mut inner = self.lock();
         match (inner.state, probe, ok) {
@@ -215,18 +223,14 @@ impl Breaker {
                 };
             }
             (State::HalfOpen { .. }, true, false) => {
-                inner.state = State::Open {
-                    until: now + self.open,
-                };
+                inner.state = self.opened(now);
             }
             (State::Closed | State::Ramping { .. }, false, true) => inner.consecutive_failures = 0,
             (State::Closed | State::Ramping { .. }, false, false) => {
                 inner.consecutive_failures = inner.consecutive_failures.saturating_add(1);
                 if inner.consecutive_failures >= self.failures {
                     inner.consecutive_failures = 0;
-                    inner.state = State::Open {
-                        until: now + self.open,
-                    };
+                    inner.state = self.opened(now);
                 }
             }
             // Calls let through before the breaker opened end late; the probe alone decides.

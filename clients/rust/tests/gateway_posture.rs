@@ -209,3 +209,71 @@ fn fallback_decides_with_the_module_arithmetic_per_key() {
     assert!(f.admit("fresh", 1).allowed);
     assert_eq!(f.rule().burst(), 20);
 }
+
+mod breaker_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Enter { draw: f64, deny: bool },
+        Finish { which: usize, ok: bool },
+        Cancel { which: usize },
+        Advance { ms: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0.0f64..1.0, any::<bool>()).prop_map(|(draw, deny)| Op::Enter { draw, deny }),
+            (0usize..8, any::<bool>()).prop_map(|(which, ok)| Op::Finish { which, ok }),
+            (0usize..8).prop_map(|which| Op::Cancel { which }),
+            (0u64..400).prop_map(|ms| Op::Advance { ms }),
+        ]
+    }
+
+    proptest! {
+        /// Whatever happens, at most one probe is in flight, an open breaker lets nothing
+        /// through, and `failures` consecutive failures of a closed breaker open it.
+        #[test]
+        fn one_probe_at_most_and_nothing_through_while_open(ops in proptest::collection::vec(op(), 1..300)) {
+            let b = Breaker::new(3, Duration::from_millis(500), Duration::from_millis(1000));
+            let fallback = OnStoreError::Allow;
+            let mut now = Instant::now();
+            let mut calls = Vec::new();
+            let mut closed_failures = 0;
+            for op in ops {
+                match op {
+                    Op::Enter { draw, deny } => {
+                        let before = b.state(now);
+                        let on = if deny { OnStoreError::Deny } else { fallback };
+                        match b.enter(now, &on, draw) {
+                            Pass::Store(c) => {
+                                prop_assert!(before != BreakerState::Open);
+                                calls.push(c);
+                            }
+                            Pass::Posture => prop_assert!(before != BreakerState::Closed),
+                        }
+                        prop_assert!(calls.iter().filter(|c| c.is_probe()).count() <= 1);
+                    }
+                    Op::Finish { which, ok } if which < calls.len() => {
+                        let c = calls.remove(which);
+                        let counted = b.state(now) == BreakerState::Closed && !c.is_probe();
+                        if ok { c.succeeded(now) } else { c.failed(now) }
+                        if counted {
+                            closed_failures = if ok { 0 } else { closed_failures + 1 };
+                            if closed_failures == 3 {
+                                prop_assert_eq!(b.state(now), BreakerState::Open);
+                                closed_failures = 0;
+                            }
+                        } else {
+                            closed_failures = 0;
+                        }
+                    }
+                    Op::Cancel { which } if which < calls.len() => drop(calls.remove(which)),
+                    Op::Finish { .. } | Op::Cancel { .. } => {}
+                    Op::Advance { ms } => now += Duration::from_millis(ms),
+                }
+            }
+        }
+    }
+}

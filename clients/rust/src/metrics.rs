@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::policy::Policy;
 use crate::posture::BreakerState;
 
 /// How one rule's decision for one request ended.
@@ -183,6 +184,18 @@ impl Metrics {
         }
         if let Some(hook) = &self.hook {
             hook.event(&event);
+        }
+    }
+
+    /// Records a newly loaded policy: its version and every route's posture. Routes a reload
+    /// removed keep their last mode line, as Prometheus series do until the process restarts.
+    pub fn policy_loaded(&self, policy: &Policy) {
+        self.record(Event::PolicyVersion(policy.version));
+        for route in &policy.routes {
+            self.record(Event::RouteMode {
+                route: &route.name(),
+                mode: route.on_store_error.mode(),
+            });
         }
     }
 

@@ -158,3 +158,37 @@ fn every_outcome_has_its_contract_name_and_escaping_is_exact() {
     assert_eq!(escape("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
     assert_eq!(escape("plain é"), "plain é");
 }
+
+#[test]
+fn a_loaded_policy_sets_its_version_and_route_modes() {
+    let policy = redis_rl_client::policy::Policy::from_json(
+        r#"{"version": 12,
+            "rules": {"r": {"key": "k:${user}", "limit": 5, "period": "1s"}},
+            "routes": [
+              {"method": "GET", "path": "/a", "rules": ["r"]},
+              {"method": "post", "path": "/b", "rules": ["r"],
+               "on_store_error": {"mode": "fallback", "limit": 5, "period": "1s"}},
+              {"method": "PUT", "path": "/c", "rules": ["r"], "on_store_error": {"mode": "allow"}}
+            ]}"#,
+    )
+    .unwrap();
+    let m = Metrics::default();
+    m.policy_loaded(&policy);
+    let text = m.render();
+    let tail = text
+        .split("# HELP rl_gateway_policy_version")
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        tail,
+        r#" Version of the policy in force.
+# TYPE rl_gateway_policy_version gauge
+rl_gateway_policy_version 12
+# HELP rl_gateway_route_mode 1 for each route's posture when the store cannot answer.
+# TYPE rl_gateway_route_mode gauge
+rl_gateway_route_mode{route="GET /a",mode="deny"} 1
+rl_gateway_route_mode{route="POST /b",mode="fallback"} 1
+rl_gateway_route_mode{route="PUT /c",mode="allow"} 1
+"#
+    );
+}

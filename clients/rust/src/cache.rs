@@ -1,0 +1,85 @@
+//! The negative cache of `CLIENTS.md` section 3: after the store refuses, refuse the same
+//! request locally for a while without a round trip, so a denial flood costs the store about
+//! one call per key per `max`.
+//!
+//! It may only ever refuse for less time than the store would: an entry lasts min(R, `max`)
+//! and only refuses requests at least as costly as the one refused (a cheaper one might fit).
+
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lru::LruCache;
+use tokio::time::Instant;
+
+use crate::policy::NegativeCacheSpec;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    cost: u64,
+    until: Instant,
+}
+
+/// Process-wide and bounded: at most `entries` keys, the least recently used evicted first.
+pub struct NegativeCache {
+    max: Duration,
+    // Keyed by rule name and store key joined by a length prefix, so no pair of names can
+    // collide with another ("ab"+"c" vs "a"+"bc").
+    entries: Mutex<LruCache<String, Entry>>,
+}
+
+fn slot(rule: &str, key: &str) -> String {
+    format!("{}:{rule}{key}", rule.len())
+}
+
+impl NegativeCache {
+    pub fn new(entries: NonZeroUsize, max: Duration) -> NegativeCache {
+        NegativeCache {
+            max,
+            entries: Mutex::new(LruCache::new(entries)),
+        }
+    }
+
+    pub fn from_spec(spec: &NegativeCacheSpec) -> NegativeCache {
+        NegativeCache::new(
+            NonZeroUsize::new(spec.entries).unwrap_or(NonZeroUsize::MIN),
+            spec.max,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Entry>> {
+        // A panic elsewhere while holding the lock leaves a consistent map: keep serving.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the store refused `cost` units under `rule` on `key`, asking to retry after
+    /// `retry_after`. The newest refusal replaces an older one: it is the freshest knowledge.
+    pub fn refused(&self, rule: &str, key: &str, cost: u64, retry_after: Duration, now: Instant) {
+        let hold = retry_after.min(self.max);
+        // An instant beyond the clock's range cannot be held; not caching is always safe.
+        let Some(until) = now.checked_add(hold).filter(|_| !hold.is_zero()) else {
+            return;
+        };
+        self.lock().put(slot(rule, key), Entry { cost, until });
+    }
+
+    /// The remaining wait if a request of `cost` units under `rule` on `key` is refused locally.
+    pub fn check(&self, rule: &str, key: &str, cost: u64, now: Instant) -> Option<Duration> {
+        let slot = slot(rule, key);
+        let mut map = self.lock();
+        let entry = *map.get(&slot)?;
+        if now >= entry.until {
+            map.pop(&slot);
+            return None;
+        }
+        (cost >= entry.cost).then(|| entry.until.duration_since(now))
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

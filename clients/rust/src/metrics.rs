@@ -1,0 +1,332 @@
+//! What operators see (`CLIENTS.md` section 6): decision counters by route, rule and outcome,
+//! store call latency, grant refills, the breaker state, the policy version and each route's
+//! posture, rendered as Prometheus text; and a hook handing every event to the application's
+//! own metrics library.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::policy::Policy;
+use crate::posture::BreakerState;
+
+/// How one rule's decision for one request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    Admit,
+    Refuse,
+    /// Refused locally by the negative cache.
+    RefuseCached,
+    /// The store could not answer and the route denies.
+    UnavailableDeny,
+    FallbackAdmit,
+    FallbackRefuse,
+    /// The store could not answer and the route allows.
+    OpenAdmit,
+    /// A shadow rule would have refused.
+    ShadowRefuse,
+    /// A durable rule's admission whose replica acknowledgement timed out.
+    UnreplicatedAdmit,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Admit => "admit",
+            Outcome::Refuse => "refuse",
+            Outcome::RefuseCached => "refuse_cached",
+            Outcome::UnavailableDeny => "unavailable_deny",
+            Outcome::FallbackAdmit => "fallback_admit",
+            Outcome::FallbackRefuse => "fallback_refuse",
+            Outcome::OpenAdmit => "open_admit",
+            Outcome::ShadowRefuse => "shadow_refuse",
+            Outcome::UnreplicatedAdmit => "unreplicated_admit",
+        }
+    }
+}
+
+/// How a store call ended, for the latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallResult {
+    Ok,
+    Error,
+    Timeout,
+}
+
+impl CallResult {
+    pub fn name(self) -> &'static str {
+        match self {
+            CallResult::Ok => "ok",
+            CallResult::Error => "error",
+            CallResult::Timeout => "timeout",
+        }
+    }
+}
+
+/// Every event the gateway reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event<'a> {
+    Decision {
+        route: &'a str,
+        rule: &'a str,
+        outcome: Outcome,
+    },
+    StoreCall {
+        result: CallResult,
+        latency: Duration,
+    },
+    GrantRefill {
+        rule: &'a str,
+    },
+    Breaker(BreakerState),
+    PolicyVersion(u64),
+    /// A route's posture when the store cannot answer (`deny`, `fallback`, `allow`).
+    RouteMode {
+        route: &'a str,
+        mode: &'static str,
+    },
+}
+
+/// Implemented by the application to feed its own metrics library; called for every event,
+/// on the request's task, so it must be cheap.
+pub trait MetricsHook: Send + Sync {
+    fn event(&self, event: &Event<'_>);
+}
+
+/// Latency bucket bounds in microseconds: a store call is expected well under a 50 ms deadline.
+const BUCKETS_US: [u64; 11] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS_US.len()],
+    count: u64,
+    sum_us: u64,
+}
+
+#[derive(Default)]
+struct Tables {
+    decisions: BTreeMap<(String, String, Outcome), u64>,
+    latency: BTreeMap<CallResult, Histogram>,
+    grant_refills: BTreeMap<String, u64>,
+    modes: BTreeMap<String, &'static str>,
+}
+
+/// The gateway's metrics, shared by all its requests.
+pub struct Metrics {
+    tables: Mutex<Tables>,
+    breaker: Mutex<BreakerState>,
+    policy_version: AtomicU64,
+    hook: Option<Arc<dyn MetricsHook>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new(None)
+    }
+}
+
+impl Metrics {
+    pub fn new(hook: Option<Arc<dyn MetricsHook>>) -> Metrics {
+        Metrics {
+            tables: Mutex::default(),
+            breaker: Mutex::new(BreakerState::Closed),
+            policy_version: AtomicU64::new(0),
+            hook,
+        }
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn record(&self, event: Event<'_>) {
+        match event {
+            Event::Decision {
+                route,
+                rule,
+                outcome,
+            } => {
+                let mut t = self.tables();
+                let n = t
+                    .decisions
+                    .entry((route.to_string(), rule.to_string(), outcome))
+                    .or_default();
+                *n = n.saturating_add(1);
+            }
+            Event::StoreCall { result, latency } => {
+                let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+                let mut t = self.tables();
+                let h = t.latency.entry(result).or_default();
+                for (bound, n) in BUCKETS_US.iter().zip(h.buckets.iter_mut()) {
+                    if us <= *bound {
+                        *n = n.saturating_add(1);
+                    }
+                }
+                h.count = h.count.saturating_add(1);
+                h.sum_us = h.sum_us.saturating_add(us);
+            }
+            Event::GrantRefill { rule } => {
+                let mut t = self.tables();
+                let n = t.grant_refills.entry(rule.to_string()).or_default();
+                *n = n.saturating_add(1);
+            }
+            Event::Breaker(state) => {
+                *self.breaker.lock().unwrap_or_else(|p| p.into_inner()) = state;
+            }
+            Event::PolicyVersion(v) => self.policy_version.store(v, Ordering::Relaxed),
+            Event::RouteMode { route, mode } => {
+                self.tables().modes.insert(route.to_string(), mode);
+            }
+        }
+        if let Some(hook) = &self.hook {
+            hook.event(&event);
+        }
+    }
+
+    /// Records a newly loaded policy: its version and every route's posture. Routes a reload
+    /// removed keep their last mode line, as Prometheus series do until the process restarts.
+    pub fn policy_loaded(&self, policy: &Policy) {
+        self.record(Event::PolicyVersion(policy.version));
+        for route in &policy.routes {
+            self.record(Event::RouteMode {
+                route: &route.name(),
+                mode: route.on_store_error.mode(),
+            });
+        }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of everything recorded.
+    pub fn render(&self) -> String {
+        let t = self.tables();
+        let mut out = String::new();
+        header(
+            &mut out,
+            "rl_gateway_decisions_total",
+            "counter",
+            "Rule decisions by route, rule and outcome.",
+        );
+        for ((route, rule, outcome), n) in &t.decisions {
+            let _ = writeln!(
+                out,
+                "rl_gateway_decisions_total{{route=\"{}\",rule=\"{}\",outcome=\"{}\"}} {n}",
+                escape(route),
+                escape(rule),
+                outcome.name()
+            );
+        }
+        header(
+            &mut out,
+            "rl_gateway_store_call_duration_seconds",
+            "histogram",
+            "Store call latency, deadline included.",
+        );
+        for (result, h) in &t.latency {
+            let name = "rl_gateway_store_call_duration_seconds";
+            let result = result.name();
+            for (bound, n) in BUCKETS_US.iter().zip(h.buckets.iter()) {
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{result=\"{result}\",le=\"{}\"}} {n}",
+                    seconds(*bound)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{result=\"{result}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "{name}_sum{{result=\"{result}\"}} {}",
+                seconds(h.sum_us)
+            );
+            let _ = writeln!(out, "{name}_count{{result=\"{result}\"}} {}", h.count);
+        }
+        header(
+            &mut out,
+            "rl_gateway_grant_refills_total",
+            "counter",
+            "RL.GRANT calls refilling a rule's local chunk.",
+        );
+        for (rule, n) in &t.grant_refills {
+            let _ = writeln!(
+                out,
+                "rl_gateway_grant_refills_total{{rule=\"{}\"}} {n}",
+                escape(rule)
+            );
+        }
+        header(
+            &mut out,
+            "rl_gateway_breaker_state",
+            "gauge",
+            "1 for the store breaker's current state, 0 for the others.",
+        );
+        let current = *self.breaker.lock().unwrap_or_else(|p| p.into_inner());
+        for state in BreakerState::ALL {
+            let _ = writeln!(
+                out,
+                "rl_gateway_breaker_state{{state=\"{}\"}} {}",
+                state.name(),
+                u8::from(state == current)
+            );
+        }
+        header(
+            &mut out,
+            "rl_gateway_policy_version",
+            "gauge",
+            "Version of the policy in force.",
+        );
+        let _ = writeln!(
+            out,
+            "rl_gateway_policy_version {}",
+            self.policy_version.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "rl_gateway_route_mode",
+            "gauge",
+            "1 for each route's posture when the store cannot answer.",
+        );
+        for (route, mode) in &t.modes {
+            let _ = writeln!(
+                out,
+                "rl_gateway_route_mode{{route=\"{}\",mode=\"{mode}\"}} 1",
+                escape(route)
+            );
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value as the text format requires: backslash, double quote and newline escaped.
+pub fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Microseconds as decimal seconds without float rounding noise (`2500` → `0.0025`).
+fn seconds(us: u64) -> String {
+    let (whole, frac) = (us / 1_000_000, us % 1_000_000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:06}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}

@@ -37,6 +37,7 @@ pub mod grant;
 pub mod limiter;
 pub mod log;
 pub mod multi;
+pub mod names;
 pub mod parse;
 pub mod rate;
 pub mod request;

@@ -12,7 +12,7 @@ fn parse_lease(bytes: &[u8]) -> Result<u64, Error> {
 pub fn parse_acquire<A: AsRef<[u8]>>(args: &[A]) -> Result<(Rule, Option<&[u8]>), Error> {
     let (capacity, lease, rest) = match args {
         [c, l, rest @ ..] => (c.as_ref(), l.as_ref(), rest),
-        _ => return Err(Error::Arity("RL.ACQUIRE")),
+        _ => return Err(Error::Arity(crate::names::ACQUIRE)),
     };
     let capacity = parse_count(capacity, "capacity", 1, MAX_SEMAPHORE_CAPACITY)?;
     let lease = parse_lease(lease)?;
@@ -36,7 +36,7 @@ pub fn parse_renew<A: AsRef<[u8]>>(args: &[A]) -> Result<(&[u8], u64), Error> {
             parse_id(holder.as_ref(), "holder")?,
             parse_lease(lease.as_ref())?,
         )),
-        _ => Err(Error::Arity("RL.RENEW")),
+        _ => Err(Error::Arity(crate::names::RENEW)),
     }
 }
 

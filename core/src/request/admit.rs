@@ -25,7 +25,7 @@ pub struct Reserve<'a> {
 /// (the arguments after the key).
 pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("RL.ADMIT"));
+        return Err(Error::Arity(crate::names::ADMIT));
     };
     let mut options = RuleOptions::default();
     let mut dry_run = false;

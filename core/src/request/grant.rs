@@ -20,7 +20,7 @@ pub struct GrantRequest {
 /// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration]` (after the key).
 pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
-        return Err(Error::Arity("RL.GRANT"));
+        return Err(Error::Arity(crate::names::GRANT));
     };
     let mut options = RuleOptions::default();
     let (mut want, mut ttl) = (None, None);

@@ -28,11 +28,11 @@ pub struct MultiRequest<'a> {
 /// Reads `numkeys` (argument 1) and checks that that many keys follow it. Used on its own to
 /// answer a cluster's key-position request.
 pub fn key_range<A: AsRef<[u8]>>(args: &[A]) -> Result<std::ops::Range<usize>, Error> {
-    let numkeys = args.get(1).ok_or(Error::Arity("RL.MULTI"))?;
+    let numkeys = args.get(1).ok_or(Error::Arity(crate::names::MULTI))?;
     let n = parse_count(numkeys.as_ref(), "numkeys", 1, MAX_MULTI_KEYS)?;
     let n = usize::try_from(n).unwrap_or(usize::MAX);
     if args.len() < 2 + n {
-        return Err(Error::Arity("RL.MULTI"));
+        return Err(Error::Arity(crate::names::MULTI));
     }
     Ok(2..2 + n)
 }

@@ -1,0 +1,22 @@
+//! The names on the wire: commands and option tokens, spelled once for the module's parsers and
+//! for the clients that build the same commands.
+
+pub const ADMIT: &str = "RL.ADMIT";
+pub const MULTI: &str = "RL.MULTI";
+pub const GRANT: &str = "RL.GRANT";
+pub const ACQUIRE: &str = "RL.ACQUIRE";
+pub const RELEASE: &str = "RL.RELEASE";
+pub const RENEW: &str = "RL.RENEW";
+pub const SETTLE: &str = "RL.SETTLE";
+pub const INFO: &str = "RL.INFO";
+
+pub const BURST: &str = "BURST";
+pub const COST: &str = "COST";
+pub const ALGO: &str = "ALGO";
+pub const DRYRUN: &str = "DRYRUN";
+pub const RESERVE: &str = "RESERVE";
+pub const KEEP: &str = "KEEP";
+pub const WANT: &str = "WANT";
+pub const TTL: &str = "TTL";
+pub const RULE: &str = "RULE";
+pub const ID: &str = "ID";

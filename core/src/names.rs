@@ -1,5 +1,5 @@
-//! The names on the wire: commands and option tokens, spelled once for the module's parsers and
-//! for the clients that build the same commands.
+//! The names on the wire: commands and option tokens, for the clients that build the commands
+//! the parsers here read (the parsers' arity errors name the commands with these too).
 
 pub const ADMIT: &str = "RL.ADMIT";
 pub const MULTI: &str = "RL.MULTI";

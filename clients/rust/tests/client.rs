@@ -350,3 +350,34 @@ async fn a_store_that_cannot_answer_is_unavailable_never_a_refusal() {
         Some("1")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_busy_with_a_script_is_unavailable() {
+    let server = Server::start_with(&["--busy-reply-threshold", "100"]);
+    let rl = Rl::new(multiplexed(&server, false).await);
+    // Connected before the script runs: a new connection's PING would wait it out.
+    let mut killer = server.conn();
+    let spinner = std::thread::spawn({
+        let mut c = server.conn();
+        move || {
+            let script = "local s = redis.call('TIME')[1] \
+                          while redis.call('TIME')[1] - s < 3 do end";
+            redis::cmd("EVAL").arg(script).arg(0).query::<()>(&mut c)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let e = rl
+        .admit(&Admit::new("k", 10, Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(e.to_string().contains("BUSY"), "{e}");
+    let _: () = redis::cmd("SCRIPT").arg("KILL").query(&mut killer).unwrap();
+    assert!(spinner.join().unwrap().is_err(), "the script was killed");
+    assert!(
+        rl.admit(&Admit::new("k", 10, Duration::from_secs(1)))
+            .await
+            .unwrap()
+            .allowed
+    );
+}

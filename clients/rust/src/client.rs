@@ -122,3 +122,31 @@ pub fn one_slot(request: &Multi) -> Result<u16, Error> {
     }
     Ok(first)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::MultiRule;
+
+    fn multi(keys: &[&str]) -> Multi {
+        Multi::new(
+            keys.iter()
+                .map(|k| MultiRule::new("r", *k, 1, Duration::from_secs(1)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn one_slot_follows_the_hash_tag_rule() {
+        let tagged = multi(&["{t:atlas}:user:17", "{t:atlas}", "{t:atlas}:route:catalog"]);
+        assert_eq!(one_slot(&tagged).unwrap(), get_slot(b"t:atlas"));
+        assert!(matches!(
+            one_slot(&multi(&["user:17", "tenant:atlas"])),
+            Err(Error::InvalidRequest(ref m)) if m.contains("one cluster slot")
+        ));
+        // An empty tag is no tag: the whole key is hashed.
+        assert!(one_slot(&multi(&["{}a", "{}b"])).is_err());
+        assert!(one_slot(&multi(&[])).is_err());
+        assert!(one_slot(&multi(&["solo"])).is_ok());
+    }
+}

@@ -1,9 +1,10 @@
 //! A real `redis-server` (or `valkey-server`) with the freshly built module, for each test.
 //!
 //! The server binary is `$RL_SERVER` (default `redis-server` on the PATH); the module is
-//! `$RL_MODULE` or this build's `target/<profile>/librl.so`. Each server gets its own loopback
-//! port (see [`free_port`]) and directory, and is killed when dropped. Connections are retried
-//! and checked with PING, so a loaded machine slows the suite down rather than failing it.
+//! `$RL_MODULE` or this build's `target/<profile>/librl.so` in the workspace. Each server gets
+//! its own loopback port (see [`free_port`]) and directory, and is killed when dropped.
+//! Connections are retried and checked with PING, so a loaded machine slows the suite down
+//! rather than failing it. The client crate includes this harness too (`#[path]`).
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
@@ -37,8 +38,8 @@ pub fn module_path() -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut build = Command::new(cargo);
         build
-            .args(["build", "--lib", "--quiet"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+            .args(["build", "-p", "redis-rl", "--lib", "--quiet"])
+            .current_dir(workspace_root());
         if profile == "release" {
             build.arg("--release");
         }
@@ -47,8 +48,22 @@ pub fn module_path() -> PathBuf {
     });
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|_| workspace_root().join("target"));
     target.join(profile).join("librl.so")
+}
+
+/// The workspace's root: this harness also serves the client crate, whose manifest directory
+/// is a member's, not the module's.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|toml| toml.lines().any(|l| l.trim() == "[workspace]"))
+        })
+        .unwrap_or(manifest)
+        .to_path_buf()
 }
 
 pub fn server_binary() -> String {

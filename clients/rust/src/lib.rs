@@ -1,8 +1,30 @@
 //! Client for the redis-rl module: typed commands, and the gateway of `CLIENTS.md`.
 
+// Replies and requests come from servers and callers: a gateway must answer, not panic.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 pub mod cache;
+pub mod client;
+pub mod command;
+pub mod headers;
 pub mod metrics;
 pub mod policy;
 pub mod posture;
 pub mod problem;
+pub mod reply;
 pub mod retry;
+
+pub use client::{Rl, RlConnection};
+pub use command::{Acquire, Admit, Grant, Multi, MultiRule};
+pub use reply::{
+    Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
+};
+pub use rl_core::rule::Algo;

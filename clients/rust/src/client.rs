@@ -1,0 +1,152 @@
+//! The async client: one method per command, over any of the `redis` crate's async connections.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, RedisFuture, Value};
+
+use crate::command::{self, Acquire, Admit, Grant, Multi};
+use crate::reply::{self, Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, Settlement};
+
+/// A connection `Rl` can send on. Single-key commands go through `ConnectionLike` (a cluster
+/// connection routes them by their key, argument 1); only `RL.MULTI`, whose argument 1 is
+/// `numkeys`, needs to say where it goes, and only a cluster connection cares.
+pub trait RlConnection: ConnectionLike + Clone + Send + Sync {
+    /// Sends `RL.MULTI`, whose keys all hash to `slot`.
+    fn send_multi<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
+        let _ = slot;
+        self.req_packed_command(cmd)
+    }
+}
+
+impl RlConnection for MultiplexedConnection {}
+impl RlConnection for ConnectionManager {}
+
+impl RlConnection for ClusterConnection {
+    fn send_multi<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
+        let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            slot,
+            SlotAddr::Master,
+        )));
+        Box::pin(self.route_command(cmd, to))
+    }
+}
+
+/// The redis-rl client. Cloning is cheap when the connection's is (all three of the crate's
+/// async connections share one socket or pool among their clones).
+#[derive(Clone)]
+pub struct Rl<C> {
+    conn: C,
+}
+
+impl<C: RlConnection> Rl<C> {
+    pub fn new(conn: C) -> Rl<C> {
+        Rl { conn }
+    }
+
+    pub fn connection(&self) -> &C {
+        &self.conn
+    }
+
+    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+        let mut conn = self.conn.clone();
+        Ok(conn.req_packed_command(cmd).await?)
+    }
+
+    pub async fn admit(&self, request: &Admit) -> Result<Decision, Error> {
+        reply::decision(&self.call(&request.to_cmd()?).await?)
+    }
+
+    /// Refuses, before any round trip, keys that do not share one cluster slot (they would be
+    /// `CROSSSLOT` on a cluster, so they are refused on a single server too: a policy that
+    /// works only until the store is sharded is a trap).
+    pub async fn multi(&self, request: &Multi) -> Result<MultiDecision, Error> {
+        let slot = one_slot(request)?;
+        let cmd = request.to_cmd()?;
+        let mut conn = self.conn.clone();
+        let value = conn.send_multi(&cmd, slot).await?;
+        reply::multi_decision(&value)
+    }
+
+    pub async fn grant(&self, request: &Grant) -> Result<GrantReply, Error> {
+        reply::grant(&self.call(&request.to_cmd()?).await?)
+    }
+
+    pub async fn acquire(&self, request: &Acquire) -> Result<Lease, Error> {
+        reply::lease(&self.call(&request.to_cmd()?).await?)
+    }
+
+    /// True when released; false when the holder did not hold a slot.
+    pub async fn release(&self, key: &[u8], holder: &[u8]) -> Result<bool, Error> {
+        let value = self.call(&command::release(key, holder)).await?;
+        reply::held(&value, "RL.RELEASE")
+    }
+
+    /// True when renewed; false when not held (acquire again: the slot may be someone else's).
+    pub async fn renew(&self, key: &[u8], holder: &[u8], lease: Duration) -> Result<bool, Error> {
+        let value = self.call(&command::renew(key, holder, lease)?).await?;
+        reply::held(&value, "RL.RENEW")
+    }
+
+    /// `None` when there was nothing to settle (unknown, refused or forgotten `id`).
+    pub async fn settle(
+        &self,
+        key: &[u8],
+        id: &[u8],
+        actual: u64,
+    ) -> Result<Option<Settlement>, Error> {
+        reply::settlement(&self.call(&command::settle(key, id, actual)).await?)
+    }
+
+    /// `None` for a key that does not exist.
+    pub async fn info(&self, key: &[u8]) -> Result<Option<KeyInfo>, Error> {
+        reply::key_info(&self.call(&command::info(key)).await?)
+    }
+}
+
+/// The one slot every key of `request` hashes to (CRC16 with the hash-tag rule).
+pub fn one_slot(request: &Multi) -> Result<u16, Error> {
+    let mut slots = request.keys().map(get_slot);
+    let Some(first) = slots.next() else {
+        return Err(Error::InvalidRequest(
+            "RL.MULTI needs at least one rule".into(),
+        ));
+    };
+    if let Some(other) = slots.find(|s| *s != first) {
+        return Err(Error::InvalidRequest(format!(
+            "RL.MULTI keys must share one cluster slot (use a hash tag such as {{t:atlas}}): \
+             slots {first} and {other}"
+        )));
+    }
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::MultiRule;
+
+    fn multi(keys: &[&str]) -> Multi {
+        Multi::new(
+            keys.iter()
+                .map(|k| MultiRule::new("r", *k, 1, Duration::from_secs(1)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn one_slot_follows_the_hash_tag_rule() {
+        let tagged = multi(&["{t:atlas}:user:17", "{t:atlas}", "{t:atlas}:route:catalog"]);
+        assert_eq!(one_slot(&tagged).unwrap(), get_slot(b"t:atlas"));
+        assert!(matches!(
+            one_slot(&multi(&["user:17", "tenant:atlas"])),
+            Err(Error::InvalidRequest(ref m)) if m.contains("one cluster slot")
+        ));
+        // An empty tag is no tag: the whole key is hashed.
+        assert!(one_slot(&multi(&["{}a", "{}b"])).is_err());
+        assert!(one_slot(&multi(&[])).is_err());
+        assert!(one_slot(&multi(&["solo"])).is_ok());
+    }
+}

@@ -1,0 +1,425 @@
+//! Typed requests, one per command, each built into the exact arguments of `commands.md`.
+//!
+//! Bounds are the module's to check (its errors name the argument), so a request only refuses
+//! here what cannot be written on the wire at all: a duration the module's units cannot express.
+
+use std::time::Duration;
+
+use redis::Cmd;
+use rl_core::protocol::{command, token};
+use rl_core::rule::Algo;
+
+use crate::reply::Error;
+
+/// `RL.ADMIT key limit period [BURST] [COST] [ALGO] [DRYRUN] [RESERVE id [KEEP]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admit {
+    pub key: Vec<u8>,
+    pub limit: u64,
+    pub period: Duration,
+    pub burst: Option<u64>,
+    pub cost: Option<u64>,
+    pub algo: Option<Algo>,
+    pub dry_run: bool,
+    /// `RESERVE id`, and `KEEP` when given (the module's default is `1h`).
+    pub reserve: Option<(Vec<u8>, Option<Duration>)>,
+}
+
+impl Admit {
+    pub fn new(key: impl Into<Vec<u8>>, limit: u64, period: Duration) -> Admit {
+        Admit {
+            key: key.into(),
+            limit,
+            period,
+            burst: None,
+            cost: None,
+            algo: None,
+            dry_run: false,
+            reserve: None,
+        }
+    }
+
+    pub fn burst(mut self, capacity: u64) -> Admit {
+        self.burst = Some(capacity);
+        self
+    }
+
+    pub fn cost(mut self, units: u64) -> Admit {
+        self.cost = Some(units);
+        self
+    }
+
+    pub fn algo(mut self, algo: Algo) -> Admit {
+        self.algo = Some(algo);
+        self
+    }
+
+    pub fn dry_run(mut self) -> Admit {
+        self.dry_run = true;
+        self
+    }
+
+    pub fn reserve(mut self, id: impl Into<Vec<u8>>, keep: Option<Duration>) -> Admit {
+        self.reserve = Some((id.into(), keep));
+        self
+    }
+
+    pub fn to_cmd(&self) -> Result<Cmd, Error> {
+        let mut cmd = redis::cmd(command::ADMIT);
+        cmd.arg(&self.key)
+            .arg(self.limit)
+            .arg(duration_arg(self.period, "period")?);
+        rule_options(&mut cmd, self.burst, self.cost, self.algo);
+        if self.dry_run {
+            cmd.arg(token::DRYRUN);
+        }
+        if let Some((id, keep)) = &self.reserve {
+            cmd.arg(token::RESERVE).arg(id);
+            if let Some(keep) = keep {
+                cmd.arg(token::KEEP).arg(duration_arg(*keep, "KEEP")?);
+            }
+        }
+        Ok(cmd)
+    }
+}
+
+/// One `RULE` clause of `RL.MULTI`, with the key it applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiRule {
+    /// Reported back in the reply (`denied_by`, `rules`), and the rule's name in headers.
+    pub name: String,
+    pub key: Vec<u8>,
+    pub algo: Option<Algo>,
+    pub limit: u64,
+    pub period: Duration,
+    pub burst: Option<u64>,
+    pub cost: Option<u64>,
+}
+
+impl MultiRule {
+    pub fn new(
+        name: impl Into<String>,
+        key: impl Into<Vec<u8>>,
+        limit: u64,
+        period: Duration,
+    ) -> MultiRule {
+        MultiRule {
+            name: name.into(),
+            key: key.into(),
+            algo: None,
+            limit,
+            period,
+            burst: None,
+            cost: None,
+        }
+    }
+
+    pub fn burst(mut self, capacity: u64) -> MultiRule {
+        self.burst = Some(capacity);
+        self
+    }
+
+    pub fn cost(mut self, units: u64) -> MultiRule {
+        self.cost = Some(units);
+        self
+    }
+
+    pub fn algo(mut self, algo: Algo) -> MultiRule {
+        self.algo = Some(algo);
+        self
+    }
+}
+
+/// `RL.MULTI numkeys key ... RULE ... [DRYRUN]`: all or nothing over several keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Multi {
+    pub rules: Vec<MultiRule>,
+    pub dry_run: bool,
+}
+
+impl Multi {
+    pub fn new(rules: Vec<MultiRule>) -> Multi {
+        Multi {
+            rules,
+            dry_run: false,
+        }
+    }
+
+    pub fn dry_run(mut self) -> Multi {
+        self.dry_run = true;
+        self
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.rules.iter().map(|r| r.key.as_slice())
+    }
+
+    pub fn to_cmd(&self) -> Result<Cmd, Error> {
+        let mut cmd = redis::cmd(command::MULTI);
+        cmd.arg(self.rules.len());
+        for rule in &self.rules {
+            cmd.arg(&rule.key);
+        }
+        for rule in &self.rules {
+            cmd.arg(token::RULE)
+                .arg(&rule.name)
+                .arg(rule.limit)
+                .arg(duration_arg(rule.period, "period")?);
+            rule_options(&mut cmd, rule.burst, rule.cost, rule.algo);
+        }
+        if self.dry_run {
+            cmd.arg(token::DRYRUN);
+        }
+        Ok(cmd)
+    }
+}
+
+/// `RL.GRANT key limit period [BURST] [ALGO] WANT n [TTL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub key: Vec<u8>,
+    pub limit: u64,
+    pub period: Duration,
+    pub burst: Option<u64>,
+    pub algo: Option<Algo>,
+    pub want: u64,
+    /// The module's default is `1s`.
+    pub ttl: Option<Duration>,
+}
+
+impl Grant {
+    pub fn new(key: impl Into<Vec<u8>>, limit: u64, period: Duration, want: u64) -> Grant {
+        Grant {
+            key: key.into(),
+            limit,
+            period,
+            burst: None,
+            algo: None,
+            want,
+            ttl: None,
+        }
+    }
+
+    pub fn burst(mut self, capacity: u64) -> Grant {
+        self.burst = Some(capacity);
+        self
+    }
+
+    pub fn algo(mut self, algo: Algo) -> Grant {
+        self.algo = Some(algo);
+        self
+    }
+
+    pub fn ttl(mut self, ttl: Duration) -> Grant {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    pub fn to_cmd(&self) -> Result<Cmd, Error> {
+        let mut cmd = redis::cmd(command::GRANT);
+        cmd.arg(&self.key)
+            .arg(self.limit)
+            .arg(duration_arg(self.period, "period")?);
+        rule_options(&mut cmd, self.burst, None, self.algo);
+        cmd.arg(token::WANT).arg(self.want);
+        if let Some(ttl) = self.ttl {
+            cmd.arg(token::TTL).arg(duration_arg(ttl, "TTL")?);
+        }
+        Ok(cmd)
+    }
+}
+
+/// `RL.ACQUIRE key capacity lease [ID holder]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquire {
+    pub key: Vec<u8>,
+    pub capacity: u64,
+    pub lease: Duration,
+    /// Pass one whenever a reply may be lost: a retry with it renews instead of taking a
+    /// second slot, while a generated holder is known only from the reply.
+    pub holder: Option<Vec<u8>>,
+}
+
+impl Acquire {
+    pub fn new(key: impl Into<Vec<u8>>, capacity: u64, lease: Duration) -> Acquire {
+        Acquire {
+            key: key.into(),
+            capacity,
+            lease,
+            holder: None,
+        }
+    }
+
+    pub fn holder(mut self, holder: impl Into<Vec<u8>>) -> Acquire {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    pub fn to_cmd(&self) -> Result<Cmd, Error> {
+        let mut cmd = redis::cmd(command::ACQUIRE);
+        cmd.arg(&self.key)
+            .arg(self.capacity)
+            .arg(duration_arg(self.lease, "lease")?);
+        if let Some(holder) = &self.holder {
+            cmd.arg(token::ID).arg(holder);
+        }
+        Ok(cmd)
+    }
+}
+
+pub fn release(key: &[u8], holder: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd(command::RELEASE);
+    cmd.arg(key).arg(holder);
+    cmd
+}
+
+pub fn renew(key: &[u8], holder: &[u8], lease: Duration) -> Result<Cmd, Error> {
+    let mut cmd = redis::cmd(command::RENEW);
+    cmd.arg(key).arg(holder).arg(duration_arg(lease, "lease")?);
+    Ok(cmd)
+}
+
+pub fn settle(key: &[u8], id: &[u8], actual: u64) -> Cmd {
+    let mut cmd = redis::cmd(command::SETTLE);
+    cmd.arg(key).arg(id).arg(actual);
+    cmd
+}
+
+pub fn info(key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd(command::INFO);
+    cmd.arg(key);
+    cmd
+}
+
+fn rule_options(cmd: &mut Cmd, burst: Option<u64>, cost: Option<u64>, algo: Option<Algo>) {
+    if let Some(burst) = burst {
+        cmd.arg(token::BURST).arg(burst);
+    }
+    if let Some(cost) = cost {
+        cmd.arg(token::COST).arg(cost);
+    }
+    if let Some(algo) = algo {
+        cmd.arg(token::ALGO).arg(algo.name());
+    }
+}
+
+/// The largest unit that states `d` exactly: `1500ms`, not `1.5s`; `60s` as `1m`. The module's
+/// finest unit is the millisecond, so a finer duration is refused here rather than rounded:
+/// rounding a period silently changes the rate it means. Zero is sent as `0ms`, for the module
+/// to refuse with its own message.
+pub fn duration_arg(d: Duration, arg: &str) -> Result<String, Error> {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(Error::InvalidRequest(format!(
+            "{arg} {d:?} is not a whole number of milliseconds, the module's finest unit"
+        )));
+    }
+    let ms = d.as_millis();
+    const UNITS: [(u128, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    if ms > 0 {
+        for (scale, unit) in UNITS {
+            if ms.is_multiple_of(scale) {
+                return Ok(format!("{}{unit}", ms / scale));
+            }
+        }
+    }
+    Ok(format!("{ms}ms"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                redis::Arg::Cursor => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn durations_take_the_largest_exact_unit() {
+        let ms = Duration::from_millis;
+        for (d, text) in [
+            (ms(250), "250ms"),
+            (ms(1000), "1s"),
+            (ms(1500), "1500ms"),
+            (ms(60_000), "1m"),
+            (ms(90_000), "90s"),
+            (ms(3_600_000), "1h"),
+            (ms(86_400_000 * 3650), "3650d"),
+            (ms(0), "0ms"),
+        ] {
+            assert_eq!(duration_arg(d, "period").unwrap(), text);
+        }
+        let e = duration_arg(Duration::from_micros(10), "period").unwrap_err();
+        assert!(matches!(e, Error::InvalidRequest(ref m) if m.starts_with("period 10µs")));
+        assert!(duration_arg(Duration::from_micros(1_000_500), "TTL").is_err());
+    }
+
+    #[test]
+    fn admit_writes_every_option() {
+        let cmd = Admit::new("u:1", 2, Duration::from_secs(1))
+            .burst(20)
+            .cost(3)
+            .algo(Algo::Bucket)
+            .dry_run()
+            .reserve("exp-1", Some(Duration::from_secs(600)))
+            .to_cmd()
+            .unwrap();
+        assert_eq!(
+            words(&cmd).join(" "),
+            "RL.ADMIT u:1 2 1s BURST 20 COST 3 ALGO bucket DRYRUN RESERVE exp-1 KEEP 10m"
+        );
+        let plain = Admit::new("u:1", 2, Duration::from_millis(250))
+            .to_cmd()
+            .unwrap();
+        assert_eq!(words(&plain).join(" "), "RL.ADMIT u:1 2 250ms");
+    }
+
+    #[test]
+    fn multi_lists_keys_then_clauses() {
+        let cmd = Multi::new(vec![
+            MultiRule::new("user", "{t}:u", 2, Duration::from_secs(1)).burst(20),
+            MultiRule::new("tenant", "{t}", 1000, Duration::from_secs(60))
+                .cost(2)
+                .algo(Algo::Window),
+        ])
+        .dry_run()
+        .to_cmd()
+        .unwrap();
+        assert_eq!(
+            words(&cmd).join(" "),
+            "RL.MULTI 2 {t}:u {t} RULE user 2 1s BURST 20 RULE tenant 1000 1m COST 2 ALGO window DRYRUN"
+        );
+    }
+
+    #[test]
+    fn grant_acquire_and_the_rest() {
+        let g = Grant::new("g", 40000, Duration::from_secs(1), 100)
+            .burst(10000)
+            .ttl(Duration::from_millis(250));
+        assert_eq!(
+            words(&g.to_cmd().unwrap()).join(" "),
+            "RL.GRANT g 40000 1s BURST 10000 WANT 100 TTL 250ms"
+        );
+        let a = Acquire::new("s", 3, Duration::from_secs(60)).holder("job-1");
+        assert_eq!(
+            words(&a.to_cmd().unwrap()).join(" "),
+            "RL.ACQUIRE s 3 1m ID job-1"
+        );
+        assert_eq!(words(&release(b"s", b"h")).join(" "), "RL.RELEASE s h");
+        assert_eq!(
+            words(&renew(b"s", b"h", Duration::from_secs(300)).unwrap()).join(" "),
+            "RL.RENEW s h 5m"
+        );
+        assert_eq!(words(&settle(b"k", b"i", 0)).join(" "), "RL.SETTLE k i 0");
+        assert_eq!(words(&info(b"k")).join(" "), "RL.INFO k");
+    }
+}

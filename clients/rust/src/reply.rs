@@ -1,0 +1,474 @@
+//! Replies parsed from `redis::Value`: a RESP2 array in the documented order or a RESP3 map
+//! with the documented names, into the same typed record.
+
+use redis::{ErrorKind, RedisError, Value};
+use rl_core::rule::Algo;
+
+/// Why a call gave no decision. The gateway's three outcomes hang on telling these apart: only
+/// [`Error::Unavailable`] may lead to the route's posture.
+#[derive(Debug)]
+pub enum Error {
+    /// The store could not answer: I/O, timeout, refused or dropped connection, cluster down,
+    /// `LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `OOM`, ...
+    Unavailable(RedisError),
+    /// The module refused the call (an `ERR`, `WRONGTYPE` or `CROSSSLOT` reply): the request is
+    /// wrong, retrying it will not help. The text is the server's, code first.
+    Refused(String),
+    /// The server answered something this client does not understand.
+    UnexpectedReply(String),
+    /// Refused before any round trip: the request cannot be sent as given (a duration finer
+    /// than a millisecond; `RL.MULTI` keys in several cluster slots).
+    InvalidRequest(String),
+}
+
+impl Error {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Unavailable(e) => write!(f, "the store could not answer: {e}"),
+            Error::Refused(text) => write!(f, "the module refused the call: {text}"),
+            Error::UnexpectedReply(what) => write!(f, "unexpected reply: {what}"),
+            Error::InvalidRequest(what) => write!(f, "invalid request: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Unavailable(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Error {
+        let refused = match e.kind() {
+            ErrorKind::ResponseError | ErrorKind::CrossSlot => true,
+            // Anything the server sends with a code the crate does not know (BUSY, OOM,
+            // NOPERM...) is an extension error: only WRONGTYPE is a verdict on the request.
+            ErrorKind::ExtensionError => e.code() == Some("WRONGTYPE"),
+            _ => false,
+        };
+        if refused {
+            let text = match (e.code(), e.detail()) {
+                (Some(code), Some(detail)) => format!("{code} {detail}"),
+                (Some(code), None) => code.to_string(),
+                _ => e.to_string(),
+            };
+            Error::Refused(text)
+        } else {
+            Error::Unavailable(e)
+        }
+    }
+}
+
+/// `RL.ADMIT`'s decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_after_ms: u64,
+    pub capacity: u64,
+}
+
+/// One rule of an `RL.MULTI` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOutcome {
+    pub name: String,
+    pub remaining: u64,
+    pub reset_after_ms: u64,
+}
+
+/// `RL.MULTI`'s decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiDecision {
+    pub allowed: bool,
+    pub denied_by: Option<String>,
+    pub retry_after_ms: u64,
+    pub rules: Vec<RuleOutcome>,
+}
+
+/// `RL.GRANT`'s reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantReply {
+    pub granted: u64,
+    pub remaining: u64,
+    pub valid_ms: u64,
+    pub retry_after_ms: u64,
+}
+
+/// `RL.ACQUIRE`'s reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub acquired: bool,
+    /// As given or generated; `None` when refused without an `ID`.
+    pub holder: Option<Vec<u8>>,
+    pub in_flight: u64,
+    pub retry_after_ms: u64,
+}
+
+/// `RL.SETTLE`'s reply when there was something to settle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// Positive: debited; negative: credited.
+    pub delta: i64,
+    pub remaining: u64,
+}
+
+/// `RL.INFO`'s record. The fields every algorithm has are plain; the others are `Some` for the
+/// algorithms that report them (see `commands.md`). Fields a newer module adds are ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub algo: Algo,
+    pub limit: u64,
+    pub period_ms: u64,
+    pub capacity: u64,
+    pub remaining: u64,
+    pub reset_after_ms: u64,
+    /// -1 when the key has no expiry.
+    pub ttl_ms: i64,
+    pub tat_us: Option<u64>,
+    pub tokens: Option<i64>,
+    pub updated_us: Option<u64>,
+    pub window_start_ms: Option<u64>,
+    pub count: Option<u64>,
+    pub previous: Option<u64>,
+    pub current: Option<u64>,
+    pub entries: Option<u64>,
+    pub logged_units: Option<u64>,
+    pub in_flight: Option<u64>,
+    pub next_expiry_ms: Option<u64>,
+    pub reservations: Option<u64>,
+    pub debt: Option<u64>,
+}
+
+/// A reply record: RESP2 values in the documented order, or a RESP3 map, read by field name.
+struct Record<'a> {
+    what: &'static str,
+    fields: Vec<(&'a [u8], &'a Value)>,
+}
+
+impl<'a> Record<'a> {
+    /// `names` is the RESP2 order.
+    fn new(value: &'a Value, names: &[&'static str], what: &'static str) -> Result<Self, Error> {
+        let fields = match value {
+            Value::Array(items) if items.len() == names.len() => names
+                .iter()
+                .map(|n| n.as_bytes())
+                .zip(items.iter())
+                .collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| Ok((text_bytes(k, what)?, v)))
+                .collect::<Result<_, Error>>()?,
+            other => return Err(unexpected(what, other)),
+        };
+        Ok(Record { what, fields })
+    }
+
+    /// A flat `name, value, ...` array (RESP2 `RL.INFO`) or a map.
+    fn pairs(value: &'a Value, what: &'static str) -> Result<Self, Error> {
+        let fields = match value {
+            Value::Array(items) if items.len() % 2 == 0 => items
+                .chunks_exact(2)
+                .map(|pair| match pair {
+                    [k, v] => Ok((text_bytes(k, what)?, v)),
+                    _ => Err(unexpected(what, value)),
+                })
+                .collect::<Result<_, Error>>()?,
+            Value::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| Ok((text_bytes(k, what)?, v)))
+                .collect::<Result<_, Error>>()?,
+            other => return Err(unexpected(what, other)),
+        };
+        Ok(Record { what, fields })
+    }
+
+    fn find(&self, name: &str) -> Option<&'a Value> {
+        self.fields
+            .iter()
+            .find(|(k, _)| *k == name.as_bytes())
+            .map(|(_, v)| *v)
+    }
+
+    fn get(&self, name: &str) -> Result<&'a Value, Error> {
+        self.find(name)
+            .ok_or_else(|| Error::UnexpectedReply(format!("{}: no field {name}", self.what)))
+    }
+
+    fn int(&self, name: &str) -> Result<i64, Error> {
+        match self.get(name)? {
+            Value::Int(n) => Ok(*n),
+            other => Err(unexpected(self.what, other)),
+        }
+    }
+
+    fn uint(&self, name: &str) -> Result<u64, Error> {
+        let n = self.int(name)?;
+        u64::try_from(n)
+            .map_err(|_| Error::UnexpectedReply(format!("{}: {name} is {n}", self.what)))
+    }
+
+    fn flag(&self, name: &str) -> Result<bool, Error> {
+        match self.uint(name)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(Error::UnexpectedReply(format!(
+                "{}: {name} is {n}",
+                self.what
+            ))),
+        }
+    }
+
+    fn opt_uint(&self, name: &str) -> Result<Option<u64>, Error> {
+        self.find(name).map(|_| self.uint(name)).transpose()
+    }
+}
+
+fn text_bytes<'a>(v: &'a Value, what: &'static str) -> Result<&'a [u8], Error> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.as_bytes()),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+fn text(v: &Value, what: &'static str) -> Result<String, Error> {
+    String::from_utf8(text_bytes(v, what)?.to_vec())
+        .map_err(|_| Error::UnexpectedReply(format!("{what}: a name that is not UTF-8")))
+}
+
+fn unexpected(what: &str, v: &Value) -> Error {
+    Error::UnexpectedReply(format!("{what}: {v:?}"))
+}
+
+/// A server error inside a value (RESP3 may carry one) is the error it names.
+fn no_error(v: &Value) -> Result<(), Error> {
+    match v {
+        Value::ServerError(e) => Err(RedisError::from(e.clone()).into()),
+        _ => Ok(()),
+    }
+}
+
+pub fn decision(v: &Value) -> Result<Decision, Error> {
+    no_error(v)?;
+    let r = Record::new(
+        v,
+        &[
+            "allowed",
+            "remaining",
+            "retry_after_ms",
+            "reset_after_ms",
+            "capacity",
+        ],
+        "RL.ADMIT",
+    )?;
+    Ok(Decision {
+        allowed: r.flag("allowed")?,
+        remaining: r.uint("remaining")?,
+        retry_after_ms: r.uint("retry_after_ms")?,
+        reset_after_ms: r.uint("reset_after_ms")?,
+        capacity: r.uint("capacity")?,
+    })
+}
+
+pub fn multi_decision(v: &Value) -> Result<MultiDecision, Error> {
+    no_error(v)?;
+    const WHAT: &str = "RL.MULTI";
+    let r = Record::new(
+        v,
+        &["allowed", "denied_by", "retry_after_ms", "rules"],
+        WHAT,
+    )?;
+    let denied_by = match r.get("denied_by")? {
+        Value::Nil => None,
+        name => Some(text(name, WHAT)?),
+    };
+    let Value::Array(rules) = r.get("rules")? else {
+        return Err(unexpected(WHAT, v));
+    };
+    let rules = rules
+        .iter()
+        .map(|rule| {
+            let r = Record::new(rule, &["name", "remaining", "reset_after_ms"], WHAT)?;
+            Ok(RuleOutcome {
+                name: text(r.get("name")?, WHAT)?,
+                remaining: r.uint("remaining")?,
+                reset_after_ms: r.uint("reset_after_ms")?,
+            })
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok(MultiDecision {
+        allowed: r.flag("allowed")?,
+        denied_by,
+        retry_after_ms: r.uint("retry_after_ms")?,
+        rules,
+    })
+}
+
+pub fn grant(v: &Value) -> Result<GrantReply, Error> {
+    no_error(v)?;
+    let r = Record::new(
+        v,
+        &["granted", "remaining", "valid_ms", "retry_after_ms"],
+        "RL.GRANT",
+    )?;
+    Ok(GrantReply {
+        granted: r.uint("granted")?,
+        remaining: r.uint("remaining")?,
+        valid_ms: r.uint("valid_ms")?,
+        retry_after_ms: r.uint("retry_after_ms")?,
+    })
+}
+
+pub fn lease(v: &Value) -> Result<Lease, Error> {
+    no_error(v)?;
+    const WHAT: &str = "RL.ACQUIRE";
+    let r = Record::new(
+        v,
+        &["acquired", "holder", "in_flight", "retry_after_ms"],
+        WHAT,
+    )?;
+    let holder = match r.get("holder")? {
+        Value::Nil => None,
+        h => Some(text_bytes(h, WHAT)?.to_vec()),
+    };
+    Ok(Lease {
+        acquired: r.flag("acquired")?,
+        holder,
+        in_flight: r.uint("in_flight")?,
+        retry_after_ms: r.uint("retry_after_ms")?,
+    })
+}
+
+/// `RL.RELEASE` and `RL.RENEW`: 1 done, 0 not held.
+pub fn held(v: &Value, what: &'static str) -> Result<bool, Error> {
+    no_error(v)?;
+    match v {
+        Value::Int(0) => Ok(false),
+        Value::Int(1) => Ok(true),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+pub fn settlement(v: &Value) -> Result<Option<Settlement>, Error> {
+    no_error(v)?;
+    if *v == Value::Nil {
+        return Ok(None);
+    }
+    let r = Record::new(v, &["delta", "remaining"], "RL.SETTLE")?;
+    Ok(Some(Settlement {
+        delta: r.int("delta")?,
+        remaining: r.uint("remaining")?,
+    }))
+}
+
+pub fn key_info(v: &Value) -> Result<Option<KeyInfo>, Error> {
+    no_error(v)?;
+    const WHAT: &str = "RL.INFO";
+    if *v == Value::Nil {
+        return Ok(None);
+    }
+    let r = Record::pairs(v, WHAT)?;
+    let algo = text_bytes(r.get("algo")?, WHAT)?;
+    let algo = Algo::ALL
+        .into_iter()
+        .find(|a| a.name().as_bytes() == algo)
+        .ok_or_else(|| {
+            Error::UnexpectedReply(format!("{WHAT}: algo {}", String::from_utf8_lossy(algo)))
+        })?;
+    Ok(Some(KeyInfo {
+        algo,
+        limit: r.uint("limit")?,
+        period_ms: r.uint("period_ms")?,
+        capacity: r.uint("capacity")?,
+        remaining: r.uint("remaining")?,
+        reset_after_ms: r.uint("reset_after_ms")?,
+        ttl_ms: r.int("ttl_ms")?,
+        tat_us: r.opt_uint("tat_us")?,
+        tokens: r.find("tokens").map(|_| r.int("tokens")).transpose()?,
+        updated_us: r.opt_uint("updated_us")?,
+        window_start_ms: r.opt_uint("window_start_ms")?,
+        count: r.opt_uint("count")?,
+        previous: r.opt_uint("previous")?,
+        current: r.opt_uint("current")?,
+        entries: r.opt_uint("entries")?,
+        logged_units: r.opt_uint("logged_units")?,
+        in_flight: r.opt_uint("in_flight")?,
+        next_expiry_ms: r.opt_uint("next_expiry_ms")?,
+        reservations: r.opt_uint("reservations")?,
+        debt: r.opt_uint("debt")?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn admit_from_resp2_and_resp3_alike() {
+        let want = Decision {
+            allowed: true,
+            remaining: 19,
+            retry_after_ms: 0,
+            reset_after_ms: 500,
+            capacity: 20,
+        };
+        let resp2 = Value::Array([1, 19, 0, 500, 20].map(Value::Int).to_vec());
+        assert_eq!(decision(&resp2).unwrap(), want);
+        // A map in another order still reads by name.
+        let resp3 = Value::Map(vec![
+            (bulk("capacity"), Value::Int(20)),
+            (bulk("allowed"), Value::Int(1)),
+            (bulk("remaining"), Value::Int(19)),
+            (bulk("retry_after_ms"), Value::Int(0)),
+            (bulk("reset_after_ms"), Value::Int(500)),
+        ]);
+        assert_eq!(decision(&resp3).unwrap(), want);
+    }
+
+    #[test]
+    fn wrong_shapes_are_unexpected_not_decisions() {
+        for v in [
+            Value::Array([1, 19, 0, 500].map(Value::Int).to_vec()),
+            Value::Array([2, 19, 0, 500, 20].map(Value::Int).to_vec()),
+            Value::Array([1, -1, 0, 500, 20].map(Value::Int).to_vec()),
+            Value::Okay,
+            Value::Map(vec![(bulk("allowed"), Value::Int(1))]),
+        ] {
+            assert!(
+                matches!(decision(&v), Err(Error::UnexpectedReply(_))),
+                "{v:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_are_told_apart() {
+        let refused: Error = RedisError::from((
+            ErrorKind::ResponseError,
+            "An error was signalled by the server",
+            "period needs a unit".to_string(),
+        ))
+        .into();
+        assert!(!refused.is_unavailable());
+        let io: Error =
+            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)).into();
+        assert!(io.is_unavailable());
+        let loading: Error = RedisError::from((ErrorKind::BusyLoadingError, "loading")).into();
+        assert!(loading.is_unavailable());
+    }
+}

@@ -2,6 +2,7 @@
 //! with the documented names, into the same typed record.
 
 use redis::{ErrorKind, RedisError, Value};
+use rl_core::protocol::{command, field};
 use rl_core::rule::Algo;
 
 /// Why a call gave no decision. The gateway's three outcomes hang on telling these apart: only
@@ -261,92 +262,75 @@ fn no_error(v: &Value) -> Result<(), Error> {
 
 pub fn decision(v: &Value) -> Result<Decision, Error> {
     no_error(v)?;
-    let r = Record::new(
-        v,
-        &[
-            "allowed",
-            "remaining",
-            "retry_after_ms",
-            "reset_after_ms",
-            "capacity",
-        ],
-        "RL.ADMIT",
-    )?;
+    let r = Record::new(v, &field::ADMIT, command::ADMIT)?;
+    let [allowed, remaining, retry_after, reset_after, capacity] = field::ADMIT;
     Ok(Decision {
-        allowed: r.flag("allowed")?,
-        remaining: r.uint("remaining")?,
-        retry_after_ms: r.uint("retry_after_ms")?,
-        reset_after_ms: r.uint("reset_after_ms")?,
-        capacity: r.uint("capacity")?,
+        allowed: r.flag(allowed)?,
+        remaining: r.uint(remaining)?,
+        retry_after_ms: r.uint(retry_after)?,
+        reset_after_ms: r.uint(reset_after)?,
+        capacity: r.uint(capacity)?,
     })
 }
 
 pub fn multi_decision(v: &Value) -> Result<MultiDecision, Error> {
     no_error(v)?;
-    const WHAT: &str = "RL.MULTI";
-    let r = Record::new(
-        v,
-        &["allowed", "denied_by", "retry_after_ms", "rules"],
-        WHAT,
-    )?;
-    let denied_by = match r.get("denied_by")? {
+    const WHAT: &str = command::MULTI;
+    let r = Record::new(v, &field::MULTI, WHAT)?;
+    let [allowed, denied_by, retry_after, rules] = field::MULTI;
+    let [name, remaining, reset_after] = field::MULTI_RULE;
+    let denied_by = match r.get(denied_by)? {
         Value::Nil => None,
         name => Some(text(name, WHAT)?),
     };
-    let Value::Array(rules) = r.get("rules")? else {
+    let Value::Array(rules) = r.get(rules)? else {
         return Err(unexpected(WHAT, v));
     };
     let rules = rules
         .iter()
         .map(|rule| {
-            let r = Record::new(rule, &["name", "remaining", "reset_after_ms"], WHAT)?;
+            let r = Record::new(rule, &field::MULTI_RULE, WHAT)?;
             Ok(RuleOutcome {
-                name: text(r.get("name")?, WHAT)?,
-                remaining: r.uint("remaining")?,
-                reset_after_ms: r.uint("reset_after_ms")?,
+                name: text(r.get(name)?, WHAT)?,
+                remaining: r.uint(remaining)?,
+                reset_after_ms: r.uint(reset_after)?,
             })
         })
         .collect::<Result<_, Error>>()?;
     Ok(MultiDecision {
-        allowed: r.flag("allowed")?,
+        allowed: r.flag(allowed)?,
         denied_by,
-        retry_after_ms: r.uint("retry_after_ms")?,
+        retry_after_ms: r.uint(retry_after)?,
         rules,
     })
 }
 
 pub fn grant(v: &Value) -> Result<GrantReply, Error> {
     no_error(v)?;
-    let r = Record::new(
-        v,
-        &["granted", "remaining", "valid_ms", "retry_after_ms"],
-        "RL.GRANT",
-    )?;
+    let r = Record::new(v, &field::GRANT, command::GRANT)?;
+    let [granted, remaining, valid, retry_after] = field::GRANT;
     Ok(GrantReply {
-        granted: r.uint("granted")?,
-        remaining: r.uint("remaining")?,
-        valid_ms: r.uint("valid_ms")?,
-        retry_after_ms: r.uint("retry_after_ms")?,
+        granted: r.uint(granted)?,
+        remaining: r.uint(remaining)?,
+        valid_ms: r.uint(valid)?,
+        retry_after_ms: r.uint(retry_after)?,
     })
 }
 
 pub fn lease(v: &Value) -> Result<Lease, Error> {
     no_error(v)?;
-    const WHAT: &str = "RL.ACQUIRE";
-    let r = Record::new(
-        v,
-        &["acquired", "holder", "in_flight", "retry_after_ms"],
-        WHAT,
-    )?;
-    let holder = match r.get("holder")? {
+    const WHAT: &str = command::ACQUIRE;
+    let r = Record::new(v, &field::ACQUIRE, WHAT)?;
+    let [acquired, holder, in_flight, retry_after] = field::ACQUIRE;
+    let holder = match r.get(holder)? {
         Value::Nil => None,
         h => Some(text_bytes(h, WHAT)?.to_vec()),
     };
     Ok(Lease {
-        acquired: r.flag("acquired")?,
+        acquired: r.flag(acquired)?,
         holder,
-        in_flight: r.uint("in_flight")?,
-        retry_after_ms: r.uint("retry_after_ms")?,
+        in_flight: r.uint(in_flight)?,
+        retry_after_ms: r.uint(retry_after)?,
     })
 }
 
@@ -365,10 +349,11 @@ pub fn settlement(v: &Value) -> Result<Option<Settlement>, Error> {
     if *v == Value::Nil {
         return Ok(None);
     }
-    let r = Record::new(v, &["delta", "remaining"], "RL.SETTLE")?;
+    let r = Record::new(v, &field::SETTLE, command::SETTLE)?;
+    let [delta, remaining] = field::SETTLE;
     Ok(Some(Settlement {
-        delta: r.int("delta")?,
-        remaining: r.uint("remaining")?,
+        delta: r.int(delta)?,
+        remaining: r.uint(remaining)?,
     }))
 }
 

@@ -32,3 +32,8 @@ pub use reply::{
     Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
 };
 pub use rl_core::rule::Algo;
+
+// The README's examples are compiled with the crate's doc tests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -515,7 +515,13 @@ impl<C: RlConnection + 'static> Gateway<C> {
     fn refused(&self, ctx: &Context<'_>, answer: &Answer) -> Verdict {
         let now = Instant::now();
         for (i, retry_ms) in &answer.refused {
-            if let Some(k) = ctx.keyed.get(*i) {
+            // A semaphore's slot can be released any moment, long before its `retry_after`:
+            // only rate refusals are cached.
+            let cacheable = ctx
+                .keyed
+                .get(*i)
+                .filter(|k| matches!(k.rule.kind, RuleKind::Rate(_)));
+            if let Some(k) = cacheable {
                 self.cache.refused(
                     &k.rule.name,
                     &k.key,

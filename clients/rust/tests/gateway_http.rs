@@ -59,6 +59,16 @@ async fn handler(Extension(verdict): Extension<Verdict>) -> String {
     format!("{:?} v{}", verdict.decision, verdict.policy_version)
 }
 
+/// Answers after `?ms=N` milliseconds, holding the request's semaphore slots meanwhile.
+async fn slow(uri: axum::http::Uri) -> &'static str {
+    let ms = uri
+        .query()
+        .and_then(|q| q.strip_prefix("ms="))
+        .map_or(0, |n| n.parse().unwrap());
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    "done"
+}
+
 async fn start_gateway(
     server: &Server,
     policy: &TempFile,
@@ -74,6 +84,7 @@ async fn start_gateway(
         .route("/catalog", get(handler))
         .route("/checkout", post(handler))
         .route("/free", get(handler))
+        .route("/export", post(slow))
         .layer(RateLimitLayer::new(Arc::clone(&gateway)))
         .route("/healthz", get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -363,4 +374,97 @@ async fn a_request_no_route_names_passes_without_a_store_call() {
     assert_eq!(header(&response, "ratelimit"), "");
     assert_eq!(response.text().await.unwrap(), "Admit v3");
     assert_eq!(multi_calls(&server), before);
+}
+
+const SEMAPHORE_POLICY: &str = r#"{
+  "version": 1,
+  "identity": {"user": "x-user", "tenant": "x-tenant"},
+  "rules": {
+    "inflight": {"key": "{t:${tenant}}:inflight", "concurrency": 2, "lease": "60s"},
+    "export":   {"key": "{t:${tenant}}:export", "limit": 1, "period": "1h", "burst": 3},
+    "probe":    {"key": "probe:${user}", "limit": 1, "period": "1h", "shadow": true}
+  },
+  "routes": [{"method": "POST", "path": "/export", "rules": ["inflight", "export", "probe"]}]
+}"#;
+
+async fn in_flight(rl: &Rl<MultiplexedConnection>) -> u64 {
+    let info = rl.info(b"{t:atlas}:inflight").await.unwrap();
+    info.and_then(|i| i.in_flight).unwrap_or(0)
+}
+
+/// Waits until the slots are released (the release is sent once the response body is done).
+async fn wait_released(rl: &Rl<MultiplexedConnection>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight(rl).await > 0 {
+        assert!(Instant::now() < deadline, "the slots were never released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn semaphores_hold_while_the_backend_works_and_shadow_rules_never_refuse() {
+    let server = Server::start();
+    let policy = TempFile::new("semaphore.json", SEMAPHORE_POLICY);
+    let (base, gateway) = start_gateway(&server, &policy).await;
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let rl = Rl::new(client.get_multiplexed_async_connection().await.unwrap());
+    let http = reqwest::Client::new();
+    let export = |ms: u64| {
+        http.post(format!("{base}/export?ms={ms}"))
+            .header("x-tenant", "atlas")
+            .header("x-user", "ann")
+            .send()
+    };
+
+    // Two slow exports hold both slots; a third is refused by the semaphore, not the rate.
+    let (a, b) = (tokio::spawn(export(800)), tokio::spawn(export(800)));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight(&rl).await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the slow exports never both held a slot"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let third = export(0).await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert!(header(&third, "ratelimit").starts_with(r#""inflight";r=0;t="#));
+    let body: serde_json::Value = serde_json::from_str(&third.text().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["inflight"]));
+    for slow in [a, b] {
+        let done = slow.await.unwrap().unwrap();
+        assert_eq!(done.status(), 200);
+        assert_eq!(
+            header(&done, "ratelimit-policy"),
+            r#""inflight";q=2;qu="concurrent-requests", "export";q=1;w=3600;rl-burst=3"#
+        );
+        assert_eq!(done.text().await.unwrap(), "done");
+    }
+    wait_released(&rl).await;
+
+    // A semaphore refusal is not cached: the slot is free again, so the next one is admitted.
+    assert_eq!(export(0).await.unwrap().status(), 200);
+    wait_released(&rl).await;
+    // The rate is spent (3 of 3): the slot acquired first is released after the refusal.
+    let refused = export(0).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["export"]));
+    wait_released(&rl).await;
+
+    // The shadow rule ran on its own key, admitted once, would have refused twice.
+    let exists: bool = cmd("EXISTS")
+        .arg("shadow:probe:ann")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(exists);
+    let metrics = gateway.metrics().render();
+    for line in [
+        r#"rl_gateway_decisions_total{route="POST /export",rule="export",outcome="admit"} 3"#,
+        r#"rl_gateway_decisions_total{route="POST /export",rule="inflight",outcome="refuse"} 1"#,
+        r#"rl_gateway_decisions_total{route="POST /export",rule="export",outcome="refuse"} 1"#,
+        r#"rl_gateway_decisions_total{route="POST /export",rule="probe",outcome="shadow_refuse"} 2"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
 }

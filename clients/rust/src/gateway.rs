@@ -3,9 +3,8 @@
 //! (semaphores first, then one `RL.MULTI`, then the rules that live outside it), and turns the
 //! answer, or its absence, into exactly one of admit, refuse or unavailable.
 //!
-//! Not here yet: settlement with `RESERVE` and `X-Actual-Cost` (a `settle` rule is debited its
-//! estimated `cost`, which then stands), locally spent `grant` chunks (a `grant` rule is asked
-//! with one `RL.ADMIT` per request), shadow semaphores (not evaluated), `durable` (no `WAIT`).
+//! Not here yet: locally spent `grant` chunks (a `grant` rule is asked with one `RL.ADMIT` per
+//! request), shadow semaphores (not evaluated), `durable` (no `WAIT`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,6 +31,10 @@ use crate::problem::{self, Problem};
 use crate::reply::Error;
 
 pub const RETRY_AFTER: &str = "Retry-After";
+/// The units the backend reports it actually used, for `settle` rules.
+pub const ACTUAL_COST: &str = "x-actual-cost";
+/// A caller's key for a retried request, used as the reservation id of `settle` rules.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// What the engine needs to know about a request.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +93,11 @@ struct Keyed {
 }
 
 impl Keyed {
+    /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation.
+    fn settles(&self) -> bool {
+        matches!(&self.rule.kind, RuleKind::Rate(r) if r.settle) && !self.rule.shadow
+    }
+
     fn cost(&self) -> u64 {
         match &self.rule.kind {
             RuleKind::Rate(r) => r.cost,
@@ -113,11 +121,20 @@ struct Held {
     lease: Duration,
 }
 
-/// The semaphore slots a request holds: renewed at a third of their lease while the request
-/// runs, and released when this is dropped (the response ended or the request was cancelled).
+/// A reservation (`RESERVE id`) of a `settle` rule, settled after the response.
+struct Reserved {
+    key: Vec<u8>,
+    id: Vec<u8>,
+}
+
+/// What a request holds in the store. Semaphore slots are renewed at a third of their lease
+/// while the request runs and released when this is dropped (the response ended or the
+/// request was cancelled); reservations are settled by [`Leases::settle`], or their estimate
+/// stands.
 pub struct Leases<C: RlConnection + 'static> {
     rl: Rl<C>,
     held: Vec<Held>,
+    reserved: Vec<Reserved>,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -125,7 +142,7 @@ pub struct Leases<C: RlConnection + 'static> {
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl<C: RlConnection + 'static> Leases<C> {
-    fn new(rl: Rl<C>, held: Vec<Held>) -> Leases<C> {
+    fn new(rl: Rl<C>, held: Vec<Held>, reserved: Vec<Reserved>) -> Leases<C> {
         let heartbeat = held.iter().map(|h| h.lease / 3).min().and_then(|every| {
             if every.is_zero() {
                 return None;
@@ -148,7 +165,18 @@ impl<C: RlConnection + 'static> Leases<C> {
         Leases {
             rl,
             held,
+            reserved,
             heartbeat,
+        }
+    }
+
+    /// Settles the request's reservations with the units the backend reported. A settlement
+    /// that fails leaves the estimate standing; a retried one changes nothing (the module
+    /// settles an id once).
+    pub async fn settle(&mut self, actual: u64) {
+        for r in std::mem::take(&mut self.reserved) {
+            let _ =
+                tokio::time::timeout(RELEASE_TIMEOUT, self.rl.settle(&r.key, &r.id, actual)).await;
         }
     }
 
@@ -236,7 +264,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
 
     /// Decides one request. The leases must live until the response has been sent.
     pub async fn decide(&self, request: &RequestParts<'_>) -> (Verdict, Leases<C>) {
-        let no_leases = || Leases::new(self.rl.clone(), Vec::new());
+        let no_leases = || Leases::new(self.rl.clone(), Vec::new(), Vec::new());
         let policy = self.policies.current();
         let Some(route) = policy.route(request.method, request.path) else {
             return (Verdict::pass(policy.version), no_leases());
@@ -285,8 +313,16 @@ impl<C: RlConnection + 'static> Gateway<C> {
             Pass::Posture => return (self.posture(&ctx), no_leases()),
         };
         let started = Instant::now();
+        let id = header(&Some(IDEMPOTENCY_KEY.to_string()))
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
         let mut held = Vec::new();
-        let asked = with_deadline(policy.store.timeout, self.ask(&keyed, &mut held)).await;
+        let mut reserved = Vec::new();
+        let asked = with_deadline(
+            policy.store.timeout,
+            self.ask(&keyed, id.as_bytes(), &mut held, &mut reserved),
+        )
+        .await;
         let (result, ok) = match &asked {
             Ok(_) => (CallResult::Ok, true),
             Err(StoreFailure::Timeout) => (CallResult::Timeout, false),
@@ -304,7 +340,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
         self.metrics
             .record(Event::Breaker(self.breaker.state(Instant::now())));
         // Slots acquired before a failure or a refusal are given back.
-        let leases = Leases::new(self.rl.clone(), held);
+        let leases = Leases::new(self.rl.clone(), held, reserved);
         match asked {
             Ok(answer) if answer.refused.is_empty() => (self.admitted(&ctx, &answer), leases),
             Ok(answer) => {
@@ -356,9 +392,16 @@ impl<C: RlConnection + 'static> Gateway<C> {
         Some(self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached))
     }
 
-    /// Semaphores first, then one `RL.MULTI`, then the rules asked apart (grant, shadow). A
-    /// refusal stops there; the slots already acquired are in `held`, to be released.
-    async fn ask(&self, keyed: &[Keyed], held: &mut Vec<Held>) -> Result<Answer, Error> {
+    /// Semaphores first, then the `settle` rules (`RESERVE id`), then one `RL.MULTI`, then the
+    /// rules asked apart (grant, shadow). A refusal stops there: the slots already acquired are
+    /// in `held`, to be released, and reservations already made are refunded (settled at 0).
+    async fn ask(
+        &self,
+        keyed: &[Keyed],
+        id: &[u8],
+        held: &mut Vec<Held>,
+        reserved: &mut Vec<Reserved>,
+    ) -> Result<Answer, Error> {
         let mut answer = Answer {
             refused: Vec::new(),
             outcomes: Vec::new(),
@@ -394,10 +437,48 @@ impl<C: RlConnection + 'static> Gateway<C> {
             }
         }
 
+        for (i, k) in keyed.iter().enumerate() {
+            let RuleKind::Rate(rate) = &k.rule.kind else {
+                continue;
+            };
+            if !k.settles() {
+                continue;
+            }
+            let mut admit = Admit::new(
+                k.key.as_bytes(),
+                rate.rule.limit(),
+                Duration::from_micros(rate.rule.period_us()),
+            )
+            .algo(rate.algo)
+            .cost(rate.cost)
+            .reserve(id, None);
+            if rate.burst_given {
+                admit = admit.burst(rate.rule.burst());
+            }
+            let decided = self.rl.admit(&admit).await?;
+            answer.outcomes.push((
+                i,
+                HeaderOutcome {
+                    remaining: decided.remaining,
+                    reset_after_ms: decided.reset_after_ms,
+                    retry_after_ms: (!decided.allowed).then_some(decided.retry_after_ms),
+                },
+            ));
+            if !decided.allowed {
+                self.refund(reserved).await?;
+                answer.refused.push((i, decided.retry_after_ms));
+                return Ok(answer);
+            }
+            reserved.push(Reserved {
+                key: k.key.clone().into_bytes(),
+                id: id.to_vec(),
+            });
+        }
+
         let multi: Vec<(usize, MultiRule)> = keyed
             .iter()
             .enumerate()
-            .filter(|(_, k)| k.rule.in_multi())
+            .filter(|(_, k)| k.rule.in_multi() && !k.settles())
             .filter_map(|(i, k)| match &k.rule.kind {
                 RuleKind::Rate(rate) => {
                     let mut rule = MultiRule::new(
@@ -437,6 +518,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 }
             }
             if !decided.allowed {
+                self.refund(reserved).await?;
                 let by = decided.denied_by.as_ref().and_then(|name| index.get(name));
                 // A refusal without a known rule is still a refusal: pin it on the first.
                 let i = by.copied().or_else(|| index.values().min().copied());
@@ -485,11 +567,20 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 },
             ));
             if !decided.allowed {
+                self.refund(reserved).await?;
                 answer.refused.push((i, decided.retry_after_ms));
                 return Ok(answer);
             }
         }
         Ok(answer)
+    }
+
+    /// Gives back what the request reserved before a later rule refused it.
+    async fn refund(&self, reserved: &mut Vec<Reserved>) -> Result<(), Error> {
+        for r in std::mem::take(reserved) {
+            self.rl.settle(&r.key, &r.id, 0).await?;
+        }
+        Ok(())
     }
 
     fn admitted(&self, ctx: &Context<'_>, answer: &Answer) -> Verdict {

@@ -1,7 +1,8 @@
 //! The gateway as tower middleware (axum-compatible): runs [`Gateway::decide`] per request,
 //! answers 429 and 503 itself with a problem body, puts the [`Verdict`] into the request's
-//! extensions, sets the rate-limit headers on every response, and holds the request's semaphore
-//! slots until the response body has been sent (or dropped).
+//! extensions, sets the rate-limit headers on every response, settles `settle` rules with the
+//! backend's `X-Actual-Cost`, and holds the request's semaphore slots until the response body
+//! has been sent (or dropped).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,7 +20,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::client::RlConnection;
-use crate::gateway::{Gateway, Leases, RequestParts, Verdict};
+use crate::gateway::{Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
 use crate::problem;
 
 /// Wraps services with the gateway. Cloning shares the gateway.
@@ -106,6 +107,16 @@ where
             request.extensions_mut().insert(verdict.clone());
             let mut response = inner.call(request).await?;
             set_headers(response.headers_mut(), &verdict);
+            let mut leases = leases;
+            // Without a report from the backend, the estimate stands.
+            let actual = response
+                .headers()
+                .get(ACTUAL_COST)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(actual) = actual {
+                leases.settle(actual).await;
+            }
             if leases.is_empty() {
                 return Ok(response);
             }

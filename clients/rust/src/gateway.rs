@@ -3,8 +3,7 @@
 //! (semaphores first, then one `RL.MULTI`, then the rules that live outside it), and turns the
 //! answer, or its absence, into exactly one of admit, refuse or unavailable.
 //!
-//! Not here yet: locally spent `grant` chunks (a `grant` rule is asked with one `RL.ADMIT` per
-//! request), shadow semaphores (not evaluated), `durable` (no `WAIT`).
+//! Not here yet: shadow semaphores (not evaluated), `durable` (no `WAIT`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -13,18 +12,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderMap;
+use lru::LruCache;
 use rl_core::rule::Rule;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::cache::NegativeCache;
 use crate::client::{Rl, RlConnection};
-use crate::command::{Acquire, Admit, Multi, MultiRule};
+use crate::command::{Acquire, Admit, Grant, Multi, MultiRule};
 use crate::headers::{self, Outcome as HeaderOutcome, RuleSpec as HeaderRule};
 use crate::metrics::{CallResult, Event, Metrics, Outcome};
 use crate::policy::{
-    Identity, OnStoreError, Policy, PolicyError, PolicyStore, RequestIdentity, Route, RuleKind,
-    RuleSpec,
+    GrantSpec, Identity, OnStoreError, Policy, PolicyError, PolicyStore, RateSpec, RequestIdentity,
+    Route, RuleKind, RuleSpec,
 };
 use crate::posture::{with_deadline, Breaker, Fallback, Pass, StoreFailure};
 use crate::problem::{self, Problem};
@@ -229,6 +229,25 @@ pub struct Gateway<C: RlConnection + 'static> {
     metrics: Arc<Metrics>,
     // One local limiter per route, rebuilt when a reload changes the route's fallback rule.
     fallbacks: Mutex<HashMap<String, (Rule, Arc<Fallback>)>>,
+    // The chunk leased for each (grant rule, key). The async lock is held across a refill, so
+    // there is one refill in flight per key and the requests behind it spend the new chunk.
+    chunks: Mutex<LruCache<String, Arc<tokio::sync::Mutex<Chunk>>>>,
+}
+
+/// Tokens leased with `RL.GRANT`, spent locally until `until`.
+#[derive(Debug, Default)]
+struct Chunk {
+    tokens: u64,
+    until: Option<Instant>,
+    /// Bumped by each refill, so a token is given back only to the chunk it came from.
+    generation: u64,
+}
+
+/// A token taken from a chunk, to give back if a later rule refuses the request.
+struct Taken {
+    chunk: Arc<tokio::sync::Mutex<Chunk>>,
+    generation: u64,
+    cost: u64,
 }
 
 impl<C: RlConnection + 'static> Gateway<C> {
@@ -244,6 +263,9 @@ impl<C: RlConnection + 'static> Gateway<C> {
             policies,
             metrics,
             fallbacks: Mutex::new(HashMap::new()),
+            chunks: Mutex::new(LruCache::new(
+                NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
@@ -392,10 +414,99 @@ impl<C: RlConnection + 'static> Gateway<C> {
         Some(self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached))
     }
 
-    /// Semaphores first, then the `settle` rules (`RESERVE id`), then one `RL.MULTI`, then the
-    /// rules asked apart (grant, shadow). A refusal stops there: the slots already acquired are
-    /// in `held`, to be released, and reservations already made are refunded (settled at 0).
+    /// Grant rules first, from their local chunks; then the store rules. Tokens taken are given
+    /// back when a later rule refuses.
     async fn ask(
+        &self,
+        keyed: &[Keyed],
+        id: &[u8],
+        held: &mut Vec<Held>,
+        reserved: &mut Vec<Reserved>,
+    ) -> Result<Answer, Error> {
+        let mut taken = Vec::new();
+        for (i, k) in keyed.iter().enumerate() {
+            let RuleKind::Rate(rate) = &k.rule.kind else {
+                continue;
+            };
+            let Some(grant) = rate.grant.filter(|_| !k.rule.shadow) else {
+                continue;
+            };
+            match self.take(k, rate, grant).await? {
+                Ok(t) => taken.push(t),
+                Err(retry_after_ms) => {
+                    give_back(taken).await;
+                    return Ok(Answer {
+                        refused: vec![(i, retry_after_ms)],
+                        outcomes: vec![(
+                            i,
+                            HeaderOutcome {
+                                remaining: 0,
+                                reset_after_ms: retry_after_ms,
+                                retry_after_ms: Some(retry_after_ms),
+                            },
+                        )],
+                        shadow_refused: Vec::new(),
+                    });
+                }
+            }
+        }
+        let answer = self.ask_store(keyed, id, held, reserved).await?;
+        if !answer.refused.is_empty() {
+            give_back(taken).await;
+        }
+        Ok(answer)
+    }
+
+    /// Takes `cost` tokens of a grant rule from its chunk, refilling it with `RL.GRANT` when it
+    /// is spent or lapsed. `Err(retry_after_ms)` when the store grants too little.
+    async fn take(
+        &self,
+        k: &Keyed,
+        rate: &RateSpec,
+        grant: GrantSpec,
+    ) -> Result<Result<Taken, u64>, Error> {
+        let slot = format!("{}:{}{}", k.rule.name.len(), k.rule.name, k.key);
+        let chunk = {
+            let mut chunks = self.chunks.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(chunks.get_or_insert(slot, Default::default))
+        };
+        let mut c = chunk.lock().await;
+        let live = c.until.is_some_and(|until| Instant::now() < until);
+        if !live || c.tokens < rate.cost {
+            let mut request = Grant::new(
+                k.key.as_bytes(),
+                rate.rule.limit(),
+                Duration::from_micros(rate.rule.period_us()),
+                grant.want.max(rate.cost),
+            )
+            .algo(rate.algo)
+            .ttl(grant.ttl);
+            if rate.burst_given {
+                request = request.burst(rate.rule.burst());
+            }
+            let reply = self.rl.grant(&request).await?;
+            self.metrics
+                .record(Event::GrantRefill { rule: &k.rule.name });
+            // The chunk lapses `valid_ms` after its reply arrived; unspent tokens lapse with it.
+            c.tokens = reply.granted;
+            c.until = Instant::now().checked_add(Duration::from_millis(reply.valid_ms));
+            c.generation = c.generation.wrapping_add(1);
+            if c.tokens < rate.cost {
+                return Ok(Err(reply.retry_after_ms.max(1)));
+            }
+        }
+        c.tokens = c.tokens.saturating_sub(rate.cost);
+        Ok(Ok(Taken {
+            chunk: Arc::clone(&chunk),
+            generation: c.generation,
+            cost: rate.cost,
+        }))
+    }
+
+    /// Semaphores first, then the `settle` rules (`RESERVE id`), then one `RL.MULTI`, then the
+    /// shadow rules. A refusal stops there: the slots already acquired are
+    /// in `held`, to be released, and reservations already made are refunded (settled at 0).
+    async fn ask_store(
         &self,
         keyed: &[Keyed],
         id: &[u8],
@@ -533,7 +644,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             let RuleKind::Rate(rate) = &k.rule.kind else {
                 continue;
             };
-            if k.rule.in_multi() {
+            if k.rule.in_multi() || (rate.grant.is_some() && !k.rule.shadow) {
                 continue;
             }
             let key = if k.rule.shadow {
@@ -794,6 +905,16 @@ impl<C: RlConnection + 'static> Gateway<C> {
             if !k.rule.shadow {
                 self.count(ctx, i, outcome);
             }
+        }
+    }
+}
+
+/// Returns tokens to the chunks they came from (a refilled chunk does not take them back).
+async fn give_back(taken: Vec<Taken>) {
+    for t in taken {
+        let mut c = t.chunk.lock().await;
+        if c.generation == t.generation {
+            c.tokens = c.tokens.saturating_add(t.cost);
         }
     }
 }

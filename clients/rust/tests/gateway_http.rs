@@ -108,6 +108,11 @@ async fn start_gateway(
 }
 
 fn multi_calls(server: &Server) -> u64 {
+    calls(server, "rl.multi")
+}
+
+fn calls(server: &Server, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     let info: String = cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
@@ -115,7 +120,7 @@ fn multi_calls(server: &Server) -> u64 {
     info.lines()
         .find_map(|l| {
             l.to_ascii_lowercase()
-                .strip_prefix("cmdstat_rl.multi:calls=")
+                .strip_prefix(prefix.as_str())
                 .map(str::to_string)
         })
         .and_then(|rest| rest.split(',').next().map(str::to_string))
@@ -529,4 +534,53 @@ async fn settle_rules_reserve_then_settle_the_reported_cost_once_per_idempotency
     let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
     assert_eq!(body["violated-policies"], serde_json::json!(["user"]));
     assert_eq!(remaining().await, 87);
+}
+
+const GRANT_POLICY: &str = r#"{
+  "version": 1,
+  "identity": {"user": "x-user"},
+  "rules": {
+    "global": {"key": "global:catalog", "limit": 10, "period": "1h", "grant": {"want": 10, "ttl": "1m"}},
+    "user":   {"key": "user:${user}", "limit": 3, "period": "1h"}
+  },
+  "routes": [{"method": "GET", "path": "/catalog", "rules": ["global", "user"]}]
+}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grant_rules_spend_a_leased_chunk_locally_and_take_back_refused_tokens() {
+    let server = Server::start();
+    let policy = TempFile::new("grant.json", GRANT_POLICY);
+    let (base, gateway) = start_gateway(&server, &policy).await;
+    let http = reqwest::Client::new();
+    let catalog = |user: &'static str| {
+        http.get(format!("{base}/catalog"))
+            .header("x-user", user)
+            .send()
+    };
+
+    // One chunk of 10 serves ann's 3, ann's refused 4th (its token given back), then 3 + 3 + 1.
+    for user in ["ann", "ann", "ann"] {
+        assert_eq!(catalog(user).await.unwrap().status(), 200);
+    }
+    let refused = catalog("ann").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["user"]));
+    for user in ["bob", "bob", "bob", "cyd", "cyd", "cyd", "dan"] {
+        assert_eq!(catalog(user).await.unwrap().status(), 200, "{user}");
+    }
+    assert_eq!(calls(&server, "rl.grant"), 1);
+
+    // The chunk is spent and the store has nothing left: refused by the global rule.
+    let spent = catalog("dan").await.unwrap();
+    assert_eq!(spent.status(), 429);
+    assert!(header(&spent, "retry-after").parse::<u64>().unwrap() >= 1);
+    let body: serde_json::Value = serde_json::from_str(&spent.text().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["global"]));
+    assert_eq!(calls(&server, "rl.grant"), 2);
+    let metrics = gateway.metrics().render();
+    assert!(
+        metrics.contains(r#"rl_gateway_grant_refills_total{rule="global"} 2"#),
+        "{metrics}"
+    );
 }

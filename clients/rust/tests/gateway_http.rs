@@ -584,3 +584,25 @@ async fn grant_rules_spend_a_leased_chunk_locally_and_take_back_refused_tokens()
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_is_renewed_while_the_backend_works_past_its_lease() {
+    let server = Server::start();
+    let short = SEMAPHORE_POLICY.replace(r#""lease": "60s""#, r#""lease": "300ms""#);
+    let policy = TempFile::new("renew.json", &short);
+    let (base, _gateway) = start_gateway(&server, &policy).await;
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let rl = Rl::new(client.get_multiplexed_async_connection().await.unwrap());
+    let http = reqwest::Client::new();
+    let slow = tokio::spawn(
+        http.post(format!("{base}/export?ms=1200"))
+            .header("x-tenant", "atlas")
+            .header("x-user", "ann")
+            .send(),
+    );
+    // Three leases later the slot is still held: the heartbeat renewed it.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(in_flight(&rl).await, 1);
+    assert_eq!(slow.await.unwrap().unwrap().status(), 200);
+    wait_released(&rl).await;
+}

@@ -232,6 +232,7 @@ pub struct Gateway<C: RlConnection + 'static> {
     // The chunk leased for each (grant rule, key). The async lock is held across a refill, so
     // there is one refill in flight per key and the requests behind it spend the new chunk.
     chunks: Mutex<LruCache<String, Arc<tokio::sync::Mutex<Chunk>>>>,
+    legacy_headers: bool,
 }
 
 /// Tokens leased with `RL.GRANT`, spent locally until `until`.
@@ -266,7 +267,15 @@ impl<C: RlConnection + 'static> Gateway<C> {
             chunks: Mutex::new(LruCache::new(
                 NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN),
             )),
+            legacy_headers: false,
         }
+    }
+
+    /// Also sends the older `X-RateLimit-Limit/Remaining/Reset`, for the most constraining
+    /// rule, to callers that only read those.
+    pub fn with_legacy_headers(mut self) -> Gateway<C> {
+        self.legacy_headers = true;
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -791,7 +800,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
         shown.sort_by_key(|(i, _, _)| *i);
         let pairs: Vec<(HeaderRule, HeaderOutcome)> =
             shown.into_iter().map(|(_, r, o)| (r, o)).collect();
-        headers::render(&pairs, false)
+        headers::render(&pairs, self.legacy_headers)
     }
 
     /// The route's posture when the store gave no decision.
@@ -850,7 +859,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 };
                 let visible = first.rule.public || ctx.has_user;
                 let mut headers = if visible {
-                    headers::render(&[(spec, outcome)], false)
+                    headers::render(&[(spec, outcome)], self.legacy_headers)
                 } else {
                     Vec::new()
                 };

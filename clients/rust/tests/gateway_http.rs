@@ -606,3 +606,29 @@ async fn a_slot_is_renewed_while_the_backend_works_past_its_lease() {
     assert_eq!(slow.await.unwrap().unwrap().status(), 200);
     wait_released(&rl).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_headers_are_sent_on_request() {
+    let server = Server::start();
+    let policy = TempFile::new("legacy.json", POLICY);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
+    let gateway = Gateway::new(
+        Rl::new(conn),
+        PolicyStore::load_file(&policy.0).unwrap(),
+        Arc::default(),
+    )
+    .with_legacy_headers();
+    let app = Router::new()
+        .route("/catalog", get(handler))
+        .layer(RateLimitLayer::new(Arc::new(gateway)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let response = get_catalog(&reqwest::Client::new(), &base, Some("ann")).await;
+    assert_eq!(response.status(), 200);
+    // The read rule, with 19 of 20 left, is tighter than the tenant's 999 of 1000.
+    assert_eq!(header(&response, "x-ratelimit-limit"), "1");
+    assert_eq!(header(&response, "x-ratelimit-remaining"), "19");
+    assert!(header(&response, "ratelimit").starts_with(r#""read";r=19;"#));
+}

@@ -14,7 +14,9 @@
 pub mod cache;
 pub mod client;
 pub mod command;
+pub mod gateway;
 pub mod headers;
+pub mod layer;
 pub mod metrics;
 pub mod policy;
 pub mod posture;
@@ -24,7 +26,14 @@ pub mod retry;
 
 pub use client::{Rl, RlConnection};
 pub use command::{Acquire, Admit, Grant, Multi, MultiRule};
+pub use gateway::{Gateway, Verdict};
+pub use layer::RateLimitLayer;
 pub use reply::{
     Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
 };
 pub use rl_core::rule::Algo;
+
+// The README's examples are compiled with the crate's doc tests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

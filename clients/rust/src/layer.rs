@@ -1,0 +1,192 @@
+//! The gateway as tower middleware (axum-compatible): runs [`Gateway::decide`] per request,
+//! answers 429 and 503 itself with a problem body, puts the [`Verdict`] into the request's
+//! extensions, sets the rate-limit headers on every response, settles `settle` rules with the
+//! backend's `X-Actual-Cost`, and holds the request's semaphore slots until the response body
+//! has been sent (or dropped).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body::Frame;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::client::RlConnection;
+use crate::gateway::{Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
+use crate::problem;
+
+/// Wraps services with the gateway. Cloning shares the gateway.
+pub struct RateLimitLayer<C: RlConnection + 'static> {
+    gateway: Arc<Gateway<C>>,
+}
+
+impl<C: RlConnection + 'static> RateLimitLayer<C> {
+    pub fn new(gateway: Arc<Gateway<C>>) -> RateLimitLayer<C> {
+        RateLimitLayer { gateway }
+    }
+}
+
+impl<C: RlConnection + 'static> Clone for RateLimitLayer<C> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            gateway: Arc::clone(&self.gateway),
+        }
+    }
+}
+
+impl<S, C: RlConnection + 'static> Layer<S> for RateLimitLayer<C> {
+    type Service = RateLimit<S, C>;
+
+    fn layer(&self, inner: S) -> RateLimit<S, C> {
+        RateLimit {
+            inner,
+            gateway: Arc::clone(&self.gateway),
+        }
+    }
+}
+
+/// The middleware service; `Clone` when the inner service is, sharing one gateway.
+pub struct RateLimit<S, C: RlConnection + 'static> {
+    inner: S,
+    gateway: Arc<Gateway<C>>,
+}
+
+impl<S: Clone, C: RlConnection + 'static> Clone for RateLimit<S, C> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            gateway: Arc::clone(&self.gateway),
+        }
+    }
+}
+
+impl<S, C> Service<Request<Body>> for RateLimit<S, C>
+where
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    C: RlConnection + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        // The clone that was polled ready is the one that must be called (tower's rule).
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let gateway = Arc::clone(&self.gateway);
+        Box::pin(async move {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip());
+            let (verdict, leases) = gateway
+                .decide(&RequestParts {
+                    method: request.method().as_str(),
+                    path: request.uri().path(),
+                    headers: request.headers(),
+                    peer,
+                })
+                .await;
+            if verdict.status.is_some() {
+                return Ok(answer(&verdict));
+            }
+            request.extensions_mut().insert(verdict.clone());
+            let mut response = inner.call(request).await?;
+            set_headers(response.headers_mut(), &verdict);
+            let mut leases = leases;
+            // Without a report from the backend, the estimate stands.
+            let actual = response
+                .headers()
+                .get(ACTUAL_COST)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(actual) = actual {
+                leases.settle(actual).await;
+            }
+            if leases.is_empty() {
+                return Ok(response);
+            }
+            Ok(response.map(|body| {
+                Body::new(Guarded {
+                    body,
+                    _leases: Box::new(leases),
+                })
+            }))
+        })
+    }
+}
+
+/// The gateway's own answer: 429 or 503 with its problem body and headers.
+pub fn answer(verdict: &Verdict) -> Response<Body> {
+    let problem = verdict
+        .problem
+        .clone()
+        .unwrap_or_else(problem::limiter_unavailable);
+    let status = verdict
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let mut response = Response::new(Body::from(problem.body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    set_headers(response.headers_mut(), verdict);
+    response
+}
+
+fn set_headers(headers: &mut HeaderMap, verdict: &Verdict) {
+    for (name, value) in &verdict.headers {
+        // Rendered values are ASCII structured fields and digits; one that is not is dropped
+        // rather than failing the response.
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// A response body that holds the request's semaphore slots until it is dropped, which hyper
+/// does once the body has been sent or the connection is gone.
+struct Guarded<C: RlConnection + 'static> {
+    body: Body,
+    // Boxed so the body stays `Unpin` whatever the connection type is.
+    _leases: Box<Leases<C>>,
+}
+
+impl<C: RlConnection + 'static> http_body::Body for Guarded<C> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}

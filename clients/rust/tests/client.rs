@@ -310,16 +310,18 @@ async fn a_store_that_cannot_answer_is_unavailable_never_a_refusal() {
         .unwrap();
     let rl = Rl::new(conn);
     assert!(rl.admit(&admit).await.unwrap().allowed);
+    // A long sleep and a generous head start: on a loaded machine the sleeper's command may
+    // take a while to reach the server, and the admission must arrive while it sleeps.
     let sleeper = std::thread::spawn({
         let mut c = server.conn();
         move || {
             redis::cmd("DEBUG")
                 .arg("SLEEP")
-                .arg("1")
+                .arg("3")
                 .query::<()>(&mut c)
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let e = rl.admit(&admit).await.unwrap_err();
     assert!(e.is_unavailable(), "{e:?}");
     sleeper.join().unwrap().unwrap();

@@ -409,16 +409,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
         }
         let outcomes = waits
             .iter()
-            .map(|(i, wait)| {
-                (
-                    *i,
-                    HeaderOutcome {
-                        remaining: 0,
-                        reset_after_ms: *wait,
-                        retry_after_ms: Some(*wait),
-                    },
-                )
-            })
+            .map(|(i, wait)| (*i, HeaderOutcome::refused(*wait)))
             .collect::<Vec<_>>();
         Some(self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached))
     }
@@ -446,14 +437,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                     give_back(taken).await;
                     return Ok(Answer {
                         refused: vec![(i, retry_after_ms)],
-                        outcomes: vec![(
-                            i,
-                            HeaderOutcome {
-                                remaining: 0,
-                                reset_after_ms: retry_after_ms,
-                                retry_after_ms: Some(retry_after_ms),
-                            },
-                        )],
+                        outcomes: vec![(i, HeaderOutcome::refused(retry_after_ms))],
                         shadow_refused: Vec::new(),
                     });
                 }
@@ -576,14 +560,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 admit = admit.burst(rate.rule.burst());
             }
             let decided = self.rl.admit(&admit).await?;
-            answer.outcomes.push((
-                i,
-                HeaderOutcome {
-                    remaining: decided.remaining,
-                    reset_after_ms: decided.reset_after_ms,
-                    retry_after_ms: (!decided.allowed).then_some(decided.retry_after_ms),
-                },
-            ));
+            answer.outcomes.push((i, HeaderOutcome::of(&decided)));
             if !decided.allowed {
                 self.refund(reserved).await?;
                 answer.refused.push((i, decided.retry_after_ms));
@@ -678,14 +655,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 }
                 continue;
             }
-            answer.outcomes.push((
-                i,
-                HeaderOutcome {
-                    remaining: decided.remaining,
-                    reset_after_ms: decided.reset_after_ms,
-                    retry_after_ms: (!decided.allowed).then_some(decided.retry_after_ms),
-                },
-            ));
+            answer.outcomes.push((i, HeaderOutcome::of(&decided)));
             if !decided.allowed {
                 self.refund(reserved).await?;
                 answer.refused.push((i, decided.retry_after_ms));

@@ -25,6 +25,27 @@ pub struct Outcome {
     pub retry_after_ms: Option<u64>,
 }
 
+impl Outcome {
+    /// A refusal known only by its wait (the negative cache's, a chunk's): nothing remains
+    /// until then.
+    pub fn refused(wait_ms: u64) -> Outcome {
+        Outcome {
+            remaining: 0,
+            reset_after_ms: wait_ms,
+            retry_after_ms: Some(wait_ms),
+        }
+    }
+
+    /// What `RL.ADMIT` replied.
+    pub fn of(d: &crate::reply::Decision) -> Outcome {
+        Outcome {
+            remaining: d.remaining,
+            reset_after_ms: d.reset_after_ms,
+            retry_after_ms: (!d.allowed).then_some(d.retry_after_ms),
+        }
+    }
+}
+
 pub const POLICY: &str = "RateLimit-Policy";
 pub const RATELIMIT: &str = "RateLimit";
 pub const LEGACY_LIMIT: &str = "X-RateLimit-Limit";

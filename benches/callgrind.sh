@@ -81,7 +81,7 @@ proc_of() { # the function that implements a command, by commandstats entry
         incr) echo incrCommand ;;
         set) echo setCommand ;;
         evalsha) echo evalShaCommand ;;
-        *) echo RedisModuleCommandDispatcher ;;
+        *) echo "$DISPATCHER" ;;
     esac
 }
 per() { awk -v a="$1" -v n="$2" 'BEGIN {printf "%.0f", a / n}'; }
@@ -173,7 +173,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a/b}'; }
 echo
-echo "Redis $SERVER_VERSION under $VALGRIND_VERSION (callgrind), $(date -u +%Y-%m-%d); $MODULE_USED;"
+echo "$SERVER_NAME $SERVER_VERSION under $VALGRIND_VERSION (callgrind), $(date -u +%Y-%m-%d); $MODULE_USED;"
 echo "redis-benchmark -P 16 -c 1 -n $CG_N (5-key commands: $((CG_N / 8))); new keys drawn from"
 echo "$NEW_KEYSPACE, existing keys from $KEYS created beforehand. Ir per call (user-space instructions):"
 echo "request = the whole server per request (reading, parsing, the command, the reply, writing;"
@@ -263,10 +263,10 @@ breakdown() { # $1: a measured name
     f=${COSTS[$name]}
     calls=${CALLS[$name]}
     p() { per "$(ir "$f" "$1")" "$calls"; }
-    callback=$(awk -F'\t' '$1 ~ /^rl::commands::[a-z_]+_callback$/ {print $1; exit}' "$f")
-    req=${REQ[$name]} pc=$(p processCommand) cl=$(p call) disp=$(p RedisModuleCommandDispatcher)
+    callback=$(awk -F'\t' '$1 ~ /^rl::commands::([A-Za-z_]+::)?[a-z_]*callback$/ {print $1; exit}' "$f")
+    req=${REQ[$name]} pc=$(p processCommand) cl=$(p call) disp=$(p "$DISPATCHER")
     cb=$(p "$callback")
-    api=$(awk -F'\t' -v n="$calls" '$1 ~ /^RM_/ {s += $2} END {printf "%.0f", s / n}' "$f")
+    api=$(awk -F'\t' -v n="$calls" -v p="$API_PREFIX" '$1 ~ "^" p {s += $2} END {printf "%.0f", s / n}' "$f")
     clock=$(awk -F'\t' -v n="$calls" '$1 ~ /clock_gettime/ {s += $2} END {printf "%.0f", s / n}' "$f")
     echo
     echo "### $name: where the $req instructions of a request go (Ir per call)"
@@ -277,22 +277,22 @@ breakdown() { # $1: a measured name
     row "reading, parsing the request, writing the reply, event loop (request − processCommand)" $((req - pc))
     row "processCommand before call(): command lookup, ACL, checks" $((pc - cl))
     row "call() around the command: stats, slowlog, afterCommand/propagation" $((cl - disp))
-    row "RedisModuleCommandDispatcher around the callback: context create/free" $((disp - cb))
-    row "Redis module API called by the module (RM_*, below)" "$api"
+    row "$DISPATCHER around the callback: context create/free" $((disp - cb))
+    row "module API called by the module (${API_PREFIX}*, below)" "$api"
     row "clock_gettime" "$clock"
     row "the module's own code: argument views, parsing, decision, encoding, reply building" $((cb - api - clock))
     echo
-    echo "| Redis module API function (inclusive) | Ir/call |"
+    echo "| module API function (inclusive) | Ir/call |"
     echo "|---|---:|"
-    awk -F'\t' -v n="$calls" '$1 ~ /^RM_/ && $2 / n >= 0.5 {printf "| %s | %.0f |\n", $1, $2 / n}' "$f"
+    awk -F'\t' -v n="$calls" -v p="$API_PREFIX" '$1 ~ "^" p && $2 / n >= 0.5 {printf "| %s | %.0f |\n", $1, $2 / n}' "$f"
     echo
-    echo "Top $TOP inclusive cost centres inside the command (at most RedisModuleCommandDispatcher's"
+    echo "Top $TOP inclusive cost centres inside the command (at most $DISPATCHER's"
     echo "Ir; a Redis function also called outside the command, such as dictFind or zmalloc, counts"
     echo "its calls from outside too):"
     echo
     echo "| function | inclusive Ir/call |"
     echo "|---|---:|"
-    awk -F'\t' -v n="$calls" -v d="$(ir "$f" RedisModuleCommandDispatcher)" \
+    awk -F'\t' -v n="$calls" -v d="$(ir "$f" "$DISPATCHER")" \
         -v top="$TOP" '$1 != "PROGRAM TOTALS" && $2 <= d && shown++ < top {printf "| `%s` | %.0f |\n", $1, $2 / n}' "$f"
     echo
     echo "Top 15 self costs (whole request):"

@@ -303,7 +303,7 @@ done
 get() { [[ -n $1 ]] && echo "${MED[$1]:-}"; }
 
 echo
-echo "Redis $SERVER_VERSION, $(nproc) cores, $(date -u +%Y-%m-%d); $MODULE_USED;"
+echo "$SERVER_NAME $SERVER_VERSION, $(nproc) cores, $(date -u +%Y-%m-%d); $MODULE_USED;"
 echo "redis-benchmark -P 16 -n $N (5-key commands: $((N / 8))) -c 50 -r $KEYS; median of $ROUNDS round(s)"
 echo "of usec_per_call (INFO commandstats: time inside the command only) and requests per second;"
 echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)."

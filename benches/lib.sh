@@ -4,9 +4,9 @@
 # the RESP generator.
 #
 # Environment (all optional):
-#   REDIS_SERVER  redis-server binary (default /usr/bin/redis-server); redis-cli and
-#                 redis-benchmark are taken from the same directory unless REDIS_CLI or
-#                 REDIS_BENCHMARK say otherwise
+#   REDIS_SERVER  redis-server binary (default /usr/bin/redis-server), or valkey-server;
+#                 redis-cli and redis-benchmark are taken from the same directory (else from the
+#                 PATH) unless REDIS_CLI or REDIS_BENCHMARK say otherwise
 #   KEYS          random keys per benchmark and keys per memory case (default 100000)
 #   SKIP_BUILD=1  use the existing target/release/librl.so
 #   MODULE        load this librl.so instead (no build): e.g. one built from a clean checkout,
@@ -25,8 +25,11 @@
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REDIS_SERVER=${REDIS_SERVER:-/usr/bin/redis-server}
 BIN_DIR=$(dirname "$REDIS_SERVER")
-REDIS_CLI=${REDIS_CLI:-$BIN_DIR/redis-cli}
-REDIS_BENCHMARK=${REDIS_BENCHMARK:-$BIN_DIR/redis-benchmark}
+# A server shipped alone (Valkey's valkey-server, say) is driven by the redis-cli and
+# redis-benchmark on the PATH.
+beside_or_path() { if [[ -x $BIN_DIR/$1 ]]; then echo "$BIN_DIR/$1"; else command -v "$1" || echo "$1"; fi; }
+REDIS_CLI=${REDIS_CLI:-$(beside_or_path redis-cli)}
+REDIS_BENCHMARK=${REDIS_BENCHMARK:-$(beside_or_path redis-benchmark)}
 KEYS=${KEYS:-100000}
 REPLICA=${REPLICA:-0}
 [[ $REPLICA == 0 || $REPLICA == 1 ]] || { echo "REPLICA must be 0 or 1, not '$REPLICA'" >&2; exit 1; }
@@ -147,8 +150,15 @@ start_server() { # $@: a wrapper command (valgrind ...), or nothing
         ${SERVER_ARGS:-} >"$DIR/stdout.log" 2>&1 &
     SERVER_PID=$!
     await_server cli "$SERVER_PID" "$DIR" redis-server 600 # 60 s: valgrind starts slowly
-    SERVER_VERSION=$(cli INFO server | tr -d '\r' | awk -F: '$1=="redis_version"{print $2}')
-    log "== redis-server $SERVER_VERSION on $HOST:$PORT (pid $SERVER_PID), dir $DIR"
+    # Valkey also reports a redis_version (the Redis it is compatible with): its own name and
+    # version come first.
+    read -r SERVER_NAME SERVER_VERSION < <(cli INFO server | tr -d '\r' | awk -F: '
+        $1=="server_name" {name=$2} $1=="valkey_version" {v=$2} $1=="redis_version" {r=$2}
+        END {if (name == "valkey") print "Valkey", v; else print "Redis", r}')
+    # The server's names for the module dispatcher and the module API functions.
+    if [[ $SERVER_NAME == Valkey ]]; then DISPATCHER=ValkeyModuleCommandDispatcher API_PREFIX=VM_
+    else DISPATCHER=RedisModuleCommandDispatcher API_PREFIX=RM_; fi
+    log "== $SERVER_NAME $SERVER_VERSION on $HOST:$PORT (pid $SERVER_PID), dir $DIR"
     if [[ $REPLICA == 1 ]]; then attach_replica; else wait_lone; fi
 }
 
@@ -175,7 +185,7 @@ wait_lone() {
     esac
 }
 # Counts the replica's completed full syncs (its log), to tell whether it resynced during the run.
-replica_syncs() { grep -c 'MASTER <-> REPLICA sync: Finished with success' "$REPLICA_DIR/redis.log" || true; }
+replica_syncs() { grep -Ec '(MASTER|PRIMARY) <-> REPLICA sync: Finished with success' "$REPLICA_DIR/redis.log" || true; }
 REPLICA_SYNCS_START=
 # REPLICA=1: a second redis-server, REPLICAOF the first, in sync before anything is measured.
 attach_replica() {

@@ -496,3 +496,20 @@ pub fn crc64(data: &[u8]) -> u64 {
     }
     crc
 }
+
+/// A file under the temporary directory, named for this process, removed when dropped.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(name: &str, text: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("rl-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).expect("write a temporary file");
+        TempFile(path)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -12,10 +12,11 @@ use crate::reply::{self, Decision, Error, GrantReply, KeyInfo, Lease, MultiDecis
 
 /// A connection `Rl` can send on. Single-key commands go through `ConnectionLike` (a cluster
 /// connection routes them by their key, argument 1); only `RL.MULTI`, whose argument 1 is
-/// `numkeys`, needs to say where it goes, and only a cluster connection cares.
+/// `numkeys`, and `WAIT`, which has no key, need to say where they go, and only a cluster
+/// connection cares.
 pub trait RlConnection: ConnectionLike + Clone + Send + Sync {
-    /// Sends `RL.MULTI`, whose keys all hash to `slot`.
-    fn send_multi<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
+    /// Sends a command to the primary serving `slot`.
+    fn send_to_slot<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
         let _ = slot;
         self.req_packed_command(cmd)
     }
@@ -25,7 +26,7 @@ impl RlConnection for MultiplexedConnection {}
 impl RlConnection for ConnectionManager {}
 
 impl RlConnection for ClusterConnection {
-    fn send_multi<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
+    fn send_to_slot<'a>(&'a mut self, cmd: &'a Cmd, slot: u16) -> RedisFuture<'a, Value> {
         let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
             slot,
             SlotAddr::Master,
@@ -66,7 +67,7 @@ impl<C: RlConnection> Rl<C> {
         let slot = one_slot(request)?;
         let cmd = request.to_cmd()?;
         let mut conn = self.conn.clone();
-        let value = conn.send_multi(&cmd, slot).await?;
+        let value = conn.send_to_slot(&cmd, slot).await?;
         reply::multi_decision(&value)
     }
 
@@ -98,6 +99,28 @@ impl<C: RlConnection> Rl<C> {
         actual: u64,
     ) -> Result<Option<Settlement>, Error> {
         reply::settlement(&self.call(&command::settle(key, id, actual)).await?)
+    }
+
+    /// `WAIT replicas timeout` on the connection that carried this client's writes to `key`
+    /// (in a cluster, to the primary serving its slot): how many replicas have acknowledged
+    /// them. The server blocks this connection meanwhile, so other calls sharing it wait too.
+    pub async fn wait_replicas(
+        &self,
+        key: &[u8],
+        replicas: u64,
+        timeout: Duration,
+    ) -> Result<u64, Error> {
+        // `WAIT n 0` blocks for ever: the shortest wait the server takes is 1 ms.
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(ms);
+        let mut conn = self.conn.clone();
+        match conn.send_to_slot(&cmd, get_slot(key)).await? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            other => Err(Error::UnexpectedReply(format!("WAIT replied {other:?}"))),
+        }
     }
 
     /// `None` for a key that does not exist.

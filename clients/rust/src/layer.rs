@@ -1,4 +1,5 @@
-//! The gateway as tower middleware (axum-compatible): runs [`Gateway::decide`] per request,
+//! The gateway as tower middleware (axum-compatible): resolves the caller (optionally, and
+//! possibly asynchronously), runs [`Gateway::decide`] per request,
 //! answers 429 and 503 itself with a problem body, puts the [`Verdict`] into the request's
 //! extensions, sets the rate-limit headers on every response, settles `settle` rules with the
 //! backend's `X-Actual-Cost`, and holds the request's semaphore slots until the response body
@@ -20,17 +21,39 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::client::RlConnection;
-use crate::gateway::{Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
+use crate::gateway::{Caller, Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
 use crate::problem;
+
+/// Resolves who a request's caller is, possibly asynchronously (an API key looked up, a token
+/// verified); `None` leaves it to the policy's identity headers.
+pub type Identify = Arc<
+    dyn Fn(&Request<Body>) -> Pin<Box<dyn Future<Output = Option<Caller>> + Send>> + Send + Sync,
+>;
 
 /// Wraps services with the gateway. Cloning shares the gateway.
 pub struct RateLimitLayer<C: RlConnection + 'static> {
     gateway: Arc<Gateway<C>>,
+    identify: Option<Identify>,
 }
 
 impl<C: RlConnection + 'static> RateLimitLayer<C> {
     pub fn new(gateway: Arc<Gateway<C>>) -> RateLimitLayer<C> {
-        RateLimitLayer { gateway }
+        RateLimitLayer {
+            gateway,
+            identify: None,
+        }
+    }
+
+    /// Resolves each request's caller with `identify` before it is decided. The future gets
+    /// what it needs from the request before it is awaited (it must be `'static`); the
+    /// resolved [`Caller`] is also put into the request's extensions.
+    pub fn identify<F, Fut>(mut self, identify: F) -> RateLimitLayer<C>
+    where
+        F: Fn(&Request<Body>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<Caller>> + Send + 'static,
+    {
+        self.identify = Some(Arc::new(move |request| Box::pin(identify(request))));
+        self
     }
 }
 
@@ -38,6 +61,7 @@ impl<C: RlConnection + 'static> Clone for RateLimitLayer<C> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             gateway: Arc::clone(&self.gateway),
+            identify: self.identify.clone(),
         }
     }
 }
@@ -49,6 +73,7 @@ impl<S, C: RlConnection + 'static> Layer<S> for RateLimitLayer<C> {
         RateLimit {
             inner,
             gateway: Arc::clone(&self.gateway),
+            identify: self.identify.clone(),
         }
     }
 }
@@ -57,6 +82,7 @@ impl<S, C: RlConnection + 'static> Layer<S> for RateLimitLayer<C> {
 pub struct RateLimit<S, C: RlConnection + 'static> {
     inner: S,
     gateway: Arc<Gateway<C>>,
+    identify: Option<Identify>,
 }
 
 impl<S: Clone, C: RlConnection + 'static> Clone for RateLimit<S, C> {
@@ -64,6 +90,7 @@ impl<S: Clone, C: RlConnection + 'static> Clone for RateLimit<S, C> {
         RateLimit {
             inner: self.inner.clone(),
             gateway: Arc::clone(&self.gateway),
+            identify: self.identify.clone(),
         }
     }
 }
@@ -88,7 +115,12 @@ where
         let fresh = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         let gateway = Arc::clone(&self.gateway);
+        let identify = self.identify.clone();
         Box::pin(async move {
+            let caller = match &identify {
+                Some(identify) => identify(&request).await,
+                None => None,
+            };
             let peer = request
                 .extensions()
                 .get::<ConnectInfo<SocketAddr>>()
@@ -99,12 +131,16 @@ where
                     path: request.uri().path(),
                     headers: request.headers(),
                     peer,
+                    caller: caller.as_ref(),
                 })
                 .await;
             if verdict.status.is_some() {
                 return Ok(answer(&verdict));
             }
             request.extensions_mut().insert(verdict.clone());
+            if let Some(caller) = caller {
+                request.extensions_mut().insert(caller);
+            }
             let mut response = inner.call(request).await?;
             set_headers(response.headers_mut(), &verdict);
             let mut leases = leases;
@@ -120,14 +156,22 @@ where
             if leases.is_empty() {
                 return Ok(response);
             }
-            Ok(response.map(|body| {
-                Body::new(Guarded {
-                    body,
-                    _leases: Box::new(leases),
-                })
-            }))
+            Ok(guard(response, leases))
         })
     }
+}
+
+/// Holds `leases` until `response`'s body has been sent or dropped.
+pub(crate) fn guard<C: RlConnection + 'static>(
+    response: Response<Body>,
+    leases: Leases<C>,
+) -> Response<Body> {
+    response.map(|body| {
+        Body::new(Guarded {
+            body,
+            _leases: Box::new(leases),
+        })
+    })
 }
 
 /// The gateway's own answer: 429 or 503 with its problem body and headers.
@@ -150,7 +194,7 @@ pub fn answer(verdict: &Verdict) -> Response<Body> {
     response
 }
 
-fn set_headers(headers: &mut HeaderMap, verdict: &Verdict) {
+pub(crate) fn set_headers(headers: &mut HeaderMap, verdict: &Verdict) {
     for (name, value) in &verdict.headers {
         // Rendered values are ASCII structured fields and digits; one that is not is dropped
         // rather than failing the response.

@@ -14,6 +14,7 @@
 pub mod cache;
 pub mod client;
 pub mod command;
+pub mod concurrency;
 pub mod gateway;
 pub mod headers;
 pub mod layer;
@@ -26,7 +27,8 @@ pub mod retry;
 
 pub use client::{Rl, RlConnection};
 pub use command::{Acquire, Admit, Grant, Multi, MultiRule};
-pub use gateway::{Gateway, Verdict};
+pub use concurrency::ConcurrencyLimitLayer;
+pub use gateway::{Caller, Gateway, Verdict};
 pub use layer::RateLimitLayer;
 pub use reply::{
     Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,

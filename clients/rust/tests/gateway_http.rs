@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use common::{cmd, Server};
+use common::{cmd, Server, TempFile};
 use redis::aio::MultiplexedConnection;
 use redis_rl_client::policy::PolicyStore;
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, Verdict};
@@ -36,23 +36,6 @@ const POLICY: &str = r#"{
   "store": {"timeout": "200ms", "breaker": {"failures": 2, "open": "10s"}, "ramp": "1s"},
   "retry_after_jitter": 0.2
 }"#;
-
-/// A file that is removed when the test ends.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str, text: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!("rl-{}-{name}", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        TempFile(path)
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 /// The handler reports how the gateway admitted it, from the request's extensions.
 async fn handler(Extension(verdict): Extension<Verdict>) -> String {

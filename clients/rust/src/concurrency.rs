@@ -1,0 +1,293 @@
+//! A distributed concurrency limit as tower middleware: at most `capacity` requests per key in
+//! flight across every process that shares the store, on the module's semaphore
+//! (`RL.ACQUIRE`/`RL.RENEW`/`RL.RELEASE`). A request takes a slot before the inner service
+//! runs, renews it at a third of its lease while the service works, and releases it when the
+//! response body has been sent or dropped; a crashed process frees its slots when their leases
+//! run out. Where a policy's semaphore rules fit, [`crate::RateLimitLayer`] applies them; this
+//! layer serves a service that wants only the concurrency limit, keyed by code.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{Request, Response};
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::client::{Rl, RlConnection};
+use crate::command::Acquire;
+use crate::gateway::leases::{Held, Leases};
+use crate::gateway::{Decision, Verdict, RETRY_AFTER};
+use crate::headers::{self, Outcome as HeaderOutcome, RuleSpec as HeaderRule};
+use crate::layer::{answer, guard, set_headers};
+use crate::metrics::{CallResult, Event, Metrics, Outcome};
+use crate::posture::{with_deadline, StoreFailure};
+use crate::problem;
+
+/// The key of a request's semaphore, possibly looked up asynchronously; `None` leaves the
+/// request unlimited.
+pub type KeyFn = Arc<
+    dyn Fn(&Request<Body>) -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync,
+>;
+
+/// What a request gets when the store cannot answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenUnavailable {
+    /// 503 with a problem body (the default).
+    Deny,
+    /// Passes unlimited, counted `open_admit`.
+    Allow,
+}
+
+struct Limit<C> {
+    rl: Rl<C>,
+    name: String,
+    capacity: u64,
+    lease: Duration,
+    key: KeyFn,
+    timeout: Duration,
+    unavailable: WhenUnavailable,
+    metrics: Arc<Metrics>,
+}
+
+/// Wraps services with the concurrency limit. Cloning shares it.
+pub struct ConcurrencyLimitLayer<C> {
+    limit: Arc<Limit<C>>,
+}
+
+impl<C> Clone for ConcurrencyLimitLayer<C> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimitLayer {
+            limit: Arc::clone(&self.limit),
+        }
+    }
+}
+
+impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
+    /// At most `capacity` requests in flight per key; `name` labels the headers, the problem
+    /// body and the metrics. A slot whose holder stops renewing it is free after `lease`.
+    /// Store calls have a 50 ms deadline and a store that cannot answer denies, unless
+    /// [`Self::timeout`] and [`Self::when_unavailable`] say otherwise.
+    pub fn new<F, Fut>(
+        rl: Rl<C>,
+        name: impl Into<String>,
+        capacity: u64,
+        lease: Duration,
+        key: F,
+    ) -> ConcurrencyLimitLayer<C>
+    where
+        F: Fn(&Request<Body>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<String>> + Send + 'static,
+    {
+        ConcurrencyLimitLayer {
+            limit: Arc::new(Limit {
+                rl,
+                name: name.into(),
+                capacity,
+                lease,
+                key: Arc::new(move |request| Box::pin(key(request))),
+                timeout: Duration::from_millis(50),
+                unavailable: WhenUnavailable::Deny,
+                metrics: Arc::default(),
+            }),
+        }
+    }
+
+    fn with(self, change: impl FnOnce(&mut Limit<C>)) -> ConcurrencyLimitLayer<C> {
+        let mut limit = match Arc::try_unwrap(self.limit) {
+            Ok(limit) => limit,
+            Err(shared) => Limit {
+                rl: shared.rl.clone(),
+                name: shared.name.clone(),
+                key: Arc::clone(&shared.key),
+                metrics: Arc::clone(&shared.metrics),
+                ..*shared
+            },
+        };
+        change(&mut limit);
+        ConcurrencyLimitLayer {
+            limit: Arc::new(limit),
+        }
+    }
+
+    /// The deadline of each `RL.ACQUIRE`.
+    pub fn timeout(self, timeout: Duration) -> ConcurrencyLimitLayer<C> {
+        self.with(|l| l.timeout = timeout)
+    }
+
+    pub fn when_unavailable(self, mode: WhenUnavailable) -> ConcurrencyLimitLayer<C> {
+        self.with(|l| l.unavailable = mode)
+    }
+
+    /// Counts decisions (route and rule are both the limit's name) and store calls here.
+    pub fn metrics(self, metrics: Arc<Metrics>) -> ConcurrencyLimitLayer<C> {
+        self.with(|l| l.metrics = metrics)
+    }
+}
+
+impl<S, C: RlConnection + 'static> Layer<S> for ConcurrencyLimitLayer<C> {
+    type Service = ConcurrencyLimit<S, C>;
+
+    fn layer(&self, inner: S) -> ConcurrencyLimit<S, C> {
+        ConcurrencyLimit {
+            inner,
+            limit: Arc::clone(&self.limit),
+        }
+    }
+}
+
+/// The middleware service; `Clone` when the inner service is, sharing one limit.
+pub struct ConcurrencyLimit<S, C> {
+    inner: S,
+    limit: Arc<Limit<C>>,
+}
+
+impl<S: Clone, C> Clone for ConcurrencyLimit<S, C> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimit {
+            inner: self.inner.clone(),
+            limit: Arc::clone(&self.limit),
+        }
+    }
+}
+
+impl<S, C> Service<Request<Body>> for ConcurrencyLimit<S, C>
+where
+    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    C: RlConnection + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        // The clone that was polled ready is the one that must be called (tower's rule).
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let limit = Arc::clone(&self.limit);
+        Box::pin(async move {
+            let Some(key) = (limit.key)(&request).await else {
+                return inner.call(request).await;
+            };
+            let (verdict, leases) = limit.decide(key).await;
+            if verdict.status.is_some() {
+                return Ok(answer(&verdict));
+            }
+            request.extensions_mut().insert(verdict.clone());
+            let mut response = inner.call(request).await?;
+            set_headers(response.headers_mut(), &verdict);
+            Ok(match leases {
+                Some(leases) => guard(response, leases),
+                None => response,
+            })
+        })
+    }
+}
+
+impl<C: RlConnection + 'static> Limit<C> {
+    fn spec(&self) -> HeaderRule {
+        HeaderRule {
+            name: self.name.clone(),
+            limit: self.capacity,
+            period: Duration::ZERO,
+            capacity: self.capacity,
+            semaphore: true,
+        }
+    }
+
+    fn count(&self, outcome: Outcome) {
+        self.metrics.record(Event::Decision {
+            route: &self.name,
+            rule: &self.name,
+            outcome,
+        });
+    }
+
+    async fn decide(&self, key: String) -> (Verdict, Option<Leases<C>>) {
+        let started = Instant::now();
+        let acquire = Acquire::new(key.as_bytes(), self.capacity, self.lease);
+        let asked = with_deadline(self.timeout, self.rl.acquire(&acquire)).await;
+        let result = match &asked {
+            Ok(_) => CallResult::Ok,
+            Err(StoreFailure::Timeout) => CallResult::Timeout,
+            Err(StoreFailure::Error(_)) => CallResult::Error,
+        };
+        self.metrics.record(Event::StoreCall {
+            result,
+            latency: started.elapsed(),
+        });
+        let mut verdict = Verdict {
+            decision: Decision::Admit,
+            outcome: Some(Outcome::Admit),
+            status: None,
+            headers: Vec::new(),
+            problem: None,
+            route: Some(self.name.clone()),
+            policy_version: 0,
+        };
+        let lease = match asked {
+            Ok(lease) => lease,
+            Err(_) => {
+                verdict.decision = Decision::Unavailable;
+                if self.unavailable == WhenUnavailable::Allow {
+                    self.count(Outcome::OpenAdmit);
+                    verdict.outcome = Some(Outcome::OpenAdmit);
+                    return (verdict, None);
+                }
+                self.count(Outcome::UnavailableDeny);
+                verdict.outcome = Some(Outcome::UnavailableDeny);
+                verdict.status = Some(503);
+                verdict.problem = Some(problem::limiter_unavailable());
+                // A slot is most likely free again once a lease has run out.
+                verdict.headers = vec![(RETRY_AFTER, retry_after(self.lease.as_millis()))];
+                return (verdict, None);
+            }
+        };
+        let outcome = HeaderOutcome {
+            remaining: self.capacity.saturating_sub(lease.in_flight),
+            reset_after_ms: 0,
+            retry_after_ms: (!lease.acquired).then_some(lease.retry_after_ms),
+        };
+        verdict.headers = headers::render(&[(self.spec(), outcome)], false);
+        match lease.holder {
+            Some(holder) if lease.acquired => {
+                self.count(Outcome::Admit);
+                let held = Held {
+                    key: key.into_bytes(),
+                    holder,
+                    lease: self.lease,
+                };
+                (
+                    verdict,
+                    Some(Leases::new(self.rl.clone(), vec![held], Vec::new())),
+                )
+            }
+            _ => {
+                self.count(Outcome::Refuse);
+                verdict.decision = Decision::Refuse;
+                verdict.outcome = Some(Outcome::Refuse);
+                verdict.status = Some(429);
+                verdict.problem = Some(problem::too_many_requests(&[self.name.as_str()]));
+                verdict
+                    .headers
+                    .push((RETRY_AFTER, retry_after(u128::from(lease.retry_after_ms))));
+                (verdict, None)
+            }
+        }
+    }
+}
+
+/// Whole seconds, rounded up, at least 1.
+fn retry_after(ms: u128) -> String {
+    ms.div_ceil(1000).max(1).to_string()
+}

@@ -1,0 +1,300 @@
+//! The versioned JSON policy of `CLIENTS.md` section 2: parsed with serde, then validated into
+//! types the gateway can use without re-checking (a rule here is a rule the module accepts).
+//!
+//! Every refusal names the field by its JSON path (`rules.read.period`), because the operator
+//! reading the error has the file open, not this code.
+
+mod template;
+mod validate;
+
+pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
+use validate::RawPolicy;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rl_core::rule::{Algo, Rule};
+
+/// Why a policy was not loaded. The previous snapshot stays in force whatever the error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyError {
+    /// The file could not be read.
+    Io { file: PathBuf, message: String },
+    /// The document is not a valid policy; `path` is the JSON path of the offending field.
+    Invalid { path: String, message: String },
+    /// A reload offered a version not higher than the one in force.
+    Stale { current: u64, offered: u64 },
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::Io { file, message } => {
+                write!(f, "cannot read policy {}: {message}", file.display())
+            }
+            PolicyError::Invalid { path, message } if path.is_empty() => {
+                write!(f, "invalid policy: {message}")
+            }
+            PolicyError::Invalid { path, message } => {
+                write!(f, "invalid policy: {path}: {message}")
+            }
+            PolicyError::Stale { current, offered } => write!(
+                f,
+                "policy version {offered} is not higher than the version in force, {current}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+fn invalid(path: impl Into<String>, message: impl Into<String>) -> PolicyError {
+    PolicyError::Invalid {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+// ---- The validated policy ----
+
+/// One validated policy snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub version: u64,
+    pub identity: Identity,
+    pub rules: BTreeMap<String, Arc<RuleSpec>>,
+    pub routes: Vec<Route>,
+    pub negative_cache: NegativeCacheSpec,
+    pub store: StoreSpec,
+    /// Upward jitter of `Retry-After`, as a fraction in [0, 1].
+    pub retry_after_jitter: f64,
+}
+
+/// Where a request's identity comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// Header naming the user, if the policy keys anything by user.
+    pub user: Option<String>,
+    pub tenant: Option<String>,
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Identity {
+    /// Whether a peer address is a trusted proxy, whose forwarding header may name the client.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|net| net.contains(peer))
+    }
+}
+
+/// An address or a CIDR block (`10.0.0.0/8`, `::1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    fn parse(text: &str) -> Option<IpNet> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, Some(p.parse::<u8>().ok()?)),
+            None => (text.parse::<IpAddr>().ok()?, None),
+        };
+        let bits = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(bits);
+        (prefix <= bits).then_some(IpNet { addr, prefix })
+    }
+
+    pub fn contains(&self, peer: IpAddr) -> bool {
+        let (net, peer, bits) = match (self.addr, peer) {
+            (IpAddr::V4(n), IpAddr::V4(p)) => {
+                (u128::from(u32::from(n)), u128::from(u32::from(p)), 32u32)
+            }
+            (IpAddr::V6(n), IpAddr::V6(p)) => (u128::from(n), u128::from(p), 128u32),
+            _ => return false,
+        };
+        let host_bits = bits.saturating_sub(u32::from(self.prefix));
+        // A /0 has every host bit free; shifting a u128 by 128 would overflow.
+        let shift = |v: u128| v.checked_shr(host_bits).unwrap_or(0);
+        shift(net) == shift(peer)
+    }
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSpec {
+    pub name: String,
+    pub key: KeyTemplate,
+    pub kind: RuleKind,
+    /// Whether its numbers may appear in headers sent to a caller without a `user`.
+    pub public: bool,
+    /// Evaluated on `shadow:`-prefixed keys, counted, never refusing.
+    pub shadow: bool,
+    /// After an admission, wait for one replica's acknowledgement.
+    pub durable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleKind {
+    Rate(RateSpec),
+    Semaphore(SemaphoreSpec),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSpec {
+    pub algo: Algo,
+    /// The core's validated rule: limit, period and capacity as the module will see them.
+    pub rule: Rule,
+    /// Whether `burst` was written (the module is then sent `BURST`).
+    pub burst_given: bool,
+    pub cost: u64,
+    pub settle: bool,
+    pub grant: Option<GrantSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantSpec {
+    pub want: u64,
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemaphoreSpec {
+    pub concurrency: u64,
+    pub lease: Duration,
+}
+
+impl RuleSpec {
+    /// Whether the rule is one of the route's `RL.MULTI` call: a rate rule that is neither spent
+    /// locally (grant) nor evaluated apart (shadow). Only these must share a hash tag.
+    pub fn in_multi(&self) -> bool {
+        matches!(&self.kind, RuleKind::Rate(r) if r.grant.is_none()) && !self.shadow
+    }
+}
+
+/// One route: a method and an exact path, its rules in policy order, and its posture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub method: String,
+    pub path: String,
+    pub rules: Vec<Arc<RuleSpec>>,
+    pub on_store_error: OnStoreError,
+}
+
+impl Route {
+    /// The route's name in metrics and logs: `GET /catalog`.
+    pub fn name(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+/// What a route does when the store cannot answer (`CLIENTS.md` section 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreError {
+    Deny,
+    /// A local limiter per key of the route's first rule, with this rule (gcra arithmetic).
+    Fallback(Rule),
+    Allow,
+}
+
+impl OnStoreError {
+    pub fn mode(&self) -> &'static str {
+        match self {
+            OnStoreError::Deny => "deny",
+            OnStoreError::Fallback(_) => "fallback",
+            OnStoreError::Allow => "allow",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NegativeCacheSpec {
+    pub max: Duration,
+    pub entries: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSpec {
+    pub timeout: Duration,
+    pub breaker_failures: u32,
+    pub breaker_open: Duration,
+    pub ramp: Duration,
+}
+
+impl Policy {
+    /// Parses and validates a policy document.
+    pub fn from_json(text: &str) -> Result<Policy, PolicyError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let raw: RawPolicy = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            invalid(
+                if path == "." { String::new() } else { path },
+                e.inner().to_string(),
+            )
+        })?;
+        raw.validate()
+    }
+
+    /// The route for a request, matched exactly on method and path.
+    pub fn route(&self, method: &str, path: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
+    }
+}
+
+// ---- The snapshot in force ----
+
+/// The policy in force, swapped atomically on reload; readers never wait for a reload.
+pub struct PolicyStore {
+    file: PathBuf,
+    current: ArcSwap<Policy>,
+    // Serializes reloads, so two racing reloads cannot both pass the version check.
+    reload: Mutex<()>,
+}
+
+fn read_policy(file: &Path) -> Result<Policy, PolicyError> {
+    let text = std::fs::read_to_string(file).map_err(|e| PolicyError::Io {
+        file: file.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Policy::from_json(&text)
+}
+
+impl PolicyStore {
+    pub fn load_file(file: impl AsRef<Path>) -> Result<PolicyStore, PolicyError> {
+        let file = file.as_ref().to_path_buf();
+        let policy = read_policy(&file)?;
+        Ok(PolicyStore {
+            file,
+            current: ArcSwap::from_pointee(policy),
+            reload: Mutex::new(()),
+        })
+    }
+
+    /// The snapshot a request should be evaluated against, from start to end.
+    pub fn current(&self) -> Arc<Policy> {
+        self.current.load_full()
+    }
+
+    /// Re-reads the file; a version not higher than the one in force is refused, and on any
+    /// error the previous snapshot stays.
+    pub fn reload(&self) -> Result<Arc<Policy>, PolicyError> {
+        let _serial = self.reload.lock().unwrap_or_else(|p| p.into_inner());
+        let next = read_policy(&self.file)?;
+        let current = self.current.load();
+        if next.version <= current.version {
+            return Err(PolicyError::Stale {
+                current: current.version,
+                offered: next.version,
+            });
+        }
+        let next = Arc::new(next);
+        self.current.store(Arc::clone(&next));
+        Ok(next)
+    }
+}

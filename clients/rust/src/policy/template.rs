@@ -1,0 +1,145 @@
+//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}` rendered for one request.
+
+// ---- Key templates ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    User,
+    Tenant,
+    Ip,
+    Route,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Var(Var),
+}
+
+/// A key with `${user}`, `${tenant}`, `${ip}`, `${route}` placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+/// What a request contributes to its keys; a missing part renders as `anonymous`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestIdentity<'a> {
+    pub user: Option<&'a str>,
+    pub tenant: Option<&'a str>,
+    pub ip: Option<&'a str>,
+    pub route: Option<&'a str>,
+}
+
+pub const ANONYMOUS: &str = "anonymous";
+
+impl KeyTemplate {
+    pub fn parse(source: &str) -> Result<KeyTemplate, String> {
+        if source.is_empty() {
+            return Err("a key must not be empty".into());
+        }
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("${") {
+            let (text, after) = rest.split_at(start);
+            if !text.is_empty() {
+                parts.push(Part::Text(text.to_string()));
+            }
+            let (name, tail) = after
+                .get(2..)
+                .and_then(|a| a.split_once('}'))
+                .ok_or_else(|| format!("unclosed '${{' in '{source}'"))?;
+            parts.push(Part::Var(match name {
+                "user" => Var::User,
+                "tenant" => Var::Tenant,
+                "ip" => Var::Ip,
+                "route" => Var::Route,
+                _ => {
+                    return Err(format!(
+                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route)"
+                    ))
+                }
+            }));
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_string()));
+        }
+        Ok(KeyTemplate {
+            source: source.to_string(),
+            parts,
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The template text of the key's hash tag: what lies between the first literal `{` and the
+    /// next literal `}`, as Redis Cluster reads a rendered key. Rendered values never contain
+    /// braces (see [`KeyTemplate::render`]), so equal tag templates always land in one slot.
+    pub fn hash_tag(&self) -> Option<String> {
+        let mut tag: Option<String> = None;
+        for part in &self.parts {
+            match (part, tag.as_mut()) {
+                (Part::Text(t), None) => {
+                    if let Some((_, inside)) = t.split_once('{') {
+                        if let Some((tag, _)) = inside.split_once('}') {
+                            return (!tag.is_empty()).then(|| tag.to_string());
+                        }
+                        tag = Some(inside.to_string());
+                    }
+                }
+                (Part::Text(t), Some(acc)) => {
+                    if let Some((end, _)) = t.split_once('}') {
+                        acc.push_str(end);
+                        return (!acc.is_empty()).then(|| acc.clone());
+                    }
+                    acc.push_str(t);
+                }
+                (Part::Var(v), Some(acc)) => {
+                    acc.push_str(match v {
+                        Var::User => "${user}",
+                        Var::Tenant => "${tenant}",
+                        Var::Ip => "${ip}",
+                        Var::Route => "${route}",
+                    });
+                }
+                (Part::Var(_), None) => {}
+            }
+        }
+        None
+    }
+
+    /// Renders the key for a request. Values are percent-escaped for `%`, `{` and `}` so a
+    /// caller-chosen header can neither move its key to another slot (breaking `RL.MULTI`) nor
+    /// collide with another identity's key.
+    pub fn render(&self, id: &RequestIdentity<'_>) -> String {
+        let mut out = String::with_capacity(self.source.len().saturating_add(16));
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Var(v) => {
+                    let value = match v {
+                        Var::User => id.user,
+                        Var::Tenant => id.tenant,
+                        Var::Ip => id.ip,
+                        Var::Route => id.route,
+                    }
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(ANONYMOUS);
+                    for c in value.chars() {
+                        match c {
+                            '%' => out.push_str("%25"),
+                            '{' => out.push_str("%7B"),
+                            '}' => out.push_str("%7D"),
+                            c => out.push(c),
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,496 @@
+//! The document as written (serde's view of the JSON), and its validation into the types the
+//! gateway uses.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rl_core::parse::parse_duration;
+use rl_core::request::grant::{DEFAULT_TTL_US, MAX_TTL_US};
+use rl_core::rule::{
+    check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
+};
+use serde::Deserialize;
+
+use super::{
+    invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, OnStoreError, Policy,
+    PolicyError, RateSpec, Route, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec,
+};
+
+// ---- The document as written ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    version: u64,
+    #[serde(default)]
+    identity: RawIdentity,
+    rules: BTreeMap<String, RawRule>,
+    routes: Vec<RawRoute>,
+    #[serde(default)]
+    negative_cache: RawNegativeCache,
+    #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
+    retry_after_jitter: f64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    user: Option<String>,
+    tenant: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    key: String,
+    algo: Option<String>,
+    limit: Option<u64>,
+    period: Option<String>,
+    burst: Option<u64>,
+    cost: Option<u64>,
+    public: Option<bool>,
+    shadow: Option<bool>,
+    settle: Option<bool>,
+    durable: Option<bool>,
+    grant: Option<RawGrant>,
+    concurrency: Option<u64>,
+    lease: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    want: u64,
+    ttl: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    method: String,
+    path: String,
+    rules: Vec<String>,
+    on_store_error: Option<RawOnStoreError>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOnStoreError {
+    mode: String,
+    limit: Option<u64>,
+    period: Option<String>,
+    burst: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawNegativeCache {
+    max: Option<String>,
+    entries: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    timeout: Option<String>,
+    #[serde(default)]
+    breaker: RawBreaker,
+    ramp: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBreaker {
+    failures: Option<u32>,
+    open: Option<String>,
+}
+
+const DEFAULT_NEGATIVE_MAX: Duration = Duration::from_millis(250);
+const DEFAULT_NEGATIVE_ENTRIES: u64 = 100_000;
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+const DEFAULT_FAILURES: u32 = 5;
+const DEFAULT_OPEN: Duration = Duration::from_secs(1);
+const DEFAULT_RAMP: Duration = Duration::from_secs(10);
+
+/// A duration exactly as the module parses it, so a policy unit means what a command unit means.
+fn duration(
+    path: &str,
+    text: &str,
+    max_us: u64,
+    max_text: &'static str,
+) -> Result<Duration, PolicyError> {
+    parse_duration(text.as_bytes(), "duration", max_us, max_text)
+        .map(Duration::from_micros)
+        .map_err(|e| invalid(path, core_message(&e)))
+}
+
+/// The core's error text without its `ERR <arg> ` prefix, which names a command argument
+/// rather than the policy field the path already names.
+fn core_message(e: &rl_core::error::Error) -> String {
+    let text = e.to_string();
+    let text = text.strip_prefix("ERR ").unwrap_or(&text);
+    for arg in ["duration ", "limit ", "period ", "BURST ", "COST "] {
+        if let Some(rest) = text.strip_prefix(arg) {
+            return rest.to_string();
+        }
+    }
+    text.to_string()
+}
+
+fn optional_duration(
+    path: &str,
+    text: Option<&str>,
+    default: Duration,
+) -> Result<Duration, PolicyError> {
+    text.map_or(Ok(default), |t| {
+        duration(path, t, MAX_PERIOD_US, MAX_PERIOD_TEXT)
+    })
+}
+
+impl RawPolicy {
+    pub(super) fn validate(self) -> Result<Policy, PolicyError> {
+        let identity = Identity {
+            user: self.identity.user,
+            tenant: self.identity.tenant,
+            trusted_proxies: self
+                .identity
+                .trusted_proxies
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    IpNet::parse(p).ok_or_else(|| {
+                        invalid(
+                            format!("identity.trusted_proxies[{i}]"),
+                            format!("'{p}' is not an IP address or CIDR block"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let mut rules = BTreeMap::new();
+        for (name, raw) in self.rules {
+            let spec = raw.validate(&format!("rules.{name}"), &name)?;
+            rules.insert(name, Arc::new(spec));
+        }
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for (i, raw) in self.routes.into_iter().enumerate() {
+            let route = raw.validate(&format!("routes[{i}]"), &rules)?;
+            let id = (route.method.clone(), route.path.clone());
+            if let Some(first) = seen.insert(id, i) {
+                return Err(invalid(
+                    format!("routes[{i}]"),
+                    format!("duplicate route {} (also routes[{first}])", route.name()),
+                ));
+            }
+            routes.push(route);
+        }
+        let negative_cache = NegativeCacheSpec {
+            max: optional_duration(
+                "negative_cache.max",
+                self.negative_cache.max.as_deref(),
+                DEFAULT_NEGATIVE_MAX,
+            )?,
+            entries: match self
+                .negative_cache
+                .entries
+                .unwrap_or(DEFAULT_NEGATIVE_ENTRIES)
+            {
+                0 => return Err(invalid("negative_cache.entries", "must be at least 1")),
+                n => usize::try_from(n)
+                    .map_err(|_| invalid("negative_cache.entries", "is too large"))?,
+            },
+        };
+        let store = StoreSpec {
+            timeout: optional_duration(
+                "store.timeout",
+                self.store.timeout.as_deref(),
+                DEFAULT_TIMEOUT,
+            )?,
+            breaker_failures: match self.store.breaker.failures.unwrap_or(DEFAULT_FAILURES) {
+                0 => return Err(invalid("store.breaker.failures", "must be at least 1")),
+                n => n,
+            },
+            breaker_open: optional_duration(
+                "store.breaker.open",
+                self.store.breaker.open.as_deref(),
+                DEFAULT_OPEN,
+            )?,
+            ramp: optional_duration("store.ramp", self.store.ramp.as_deref(), DEFAULT_RAMP)?,
+        };
+        if !(0.0..=1.0).contains(&self.retry_after_jitter) {
+            return Err(invalid(
+                "retry_after_jitter",
+                format!("must be in [0, 1] (got {})", self.retry_after_jitter),
+            ));
+        }
+        Ok(Policy {
+            version: self.version,
+            identity,
+            rules,
+            routes,
+            negative_cache,
+            store,
+            retry_after_jitter: self.retry_after_jitter,
+        })
+    }
+}
+
+impl RawRule {
+    fn validate(self, path: &str, name: &str) -> Result<RuleSpec, PolicyError> {
+        let at = |field: &str| format!("{path}.{field}");
+        let key = KeyTemplate::parse(&self.key).map_err(|m| invalid(at("key"), m))?;
+        let kind = if let Some(concurrency) = self.concurrency {
+            let rate_fields = [
+                ("algo", self.algo.is_some()),
+                ("limit", self.limit.is_some()),
+                ("period", self.period.is_some()),
+                ("burst", self.burst.is_some()),
+                ("cost", self.cost.is_some()),
+                ("settle", self.settle.is_some()),
+                ("grant", self.grant.is_some()),
+            ];
+            if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
+                return Err(invalid(
+                    at(field),
+                    "a semaphore rule (concurrency) takes no rate field or grant",
+                ));
+            }
+            if !(1..=MAX_SEMAPHORE_CAPACITY).contains(&concurrency) {
+                return Err(invalid(
+                    at("concurrency"),
+                    format!("must be in the range [1, {MAX_SEMAPHORE_CAPACITY}]"),
+                ));
+            }
+            let lease = self
+                .lease
+                .ok_or_else(|| invalid(at("lease"), "a semaphore rule needs a lease"))?;
+            RuleKind::Semaphore(SemaphoreSpec {
+                concurrency,
+                lease: duration(&at("lease"), &lease, MAX_PERIOD_US, MAX_PERIOD_TEXT)?,
+            })
+        } else {
+            if self.lease.is_some() {
+                return Err(invalid(
+                    at("lease"),
+                    "lease belongs to a semaphore rule (concurrency)",
+                ));
+            }
+            let algo = match self.algo.as_deref() {
+                None => Algo::Gcra,
+                Some(a) => Algo::parse(a.as_bytes()).map_err(|_| {
+                    invalid(
+                        at("algo"),
+                        format!("must be one of gcra, bucket, window, sliding, log (got '{a}')"),
+                    )
+                })?,
+            };
+            let limit = self
+                .limit
+                .ok_or_else(|| invalid(at("limit"), "a rate rule needs a limit"))?;
+            let period_text = self
+                .period
+                .ok_or_else(|| invalid(at("period"), "a rate rule needs a period"))?;
+            let period = duration(&at("period"), &period_text, MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
+            let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
+            let rule = Rule::new(algo, limit, period_us, self.burst).map_err(|e| {
+                let field = match &e {
+                    rl_core::error::Error::OutOfRange { arg: "limit", .. } => "limit",
+                    rl_core::error::Error::OutOfRange { arg: "BURST", .. }
+                    | rl_core::error::Error::OptionNotAllowed { .. } => "burst",
+                    rl_core::error::Error::RefillTooLong => "burst",
+                    _ => "period",
+                };
+                invalid(at(field), core_message(&e))
+            })?;
+            let cost = self.cost.unwrap_or(1);
+            if !(1..=MAX_COUNT).contains(&cost) {
+                return Err(invalid(
+                    at("cost"),
+                    format!("must be in the range [1, {MAX_COUNT}]"),
+                ));
+            }
+            check_cost(cost, &rule).map_err(|e| invalid(at("cost"), core_message(&e)))?;
+            let settle = self.settle.unwrap_or(false);
+            if settle && !matches!(algo, Algo::Gcra | Algo::Bucket) {
+                return Err(invalid(at("settle"), "settling needs algo gcra or bucket"));
+            }
+            let grant = match self.grant {
+                None => None,
+                Some(g) => {
+                    if !(1..=MAX_COUNT).contains(&g.want) {
+                        return Err(invalid(
+                            at("grant.want"),
+                            format!("must be in the range [1, {MAX_COUNT}]"),
+                        ));
+                    }
+                    let ttl = match g.ttl {
+                        None => Duration::from_micros(DEFAULT_TTL_US),
+                        Some(t) => duration(&at("grant.ttl"), &t, MAX_TTL_US, "1d")?,
+                    };
+                    Some(GrantSpec { want: g.want, ttl })
+                }
+            };
+            RuleKind::Rate(RateSpec {
+                algo,
+                rule,
+                burst_given: self.burst.is_some(),
+                cost,
+                settle,
+                grant,
+            })
+        };
+        Ok(RuleSpec {
+            name: name.to_string(),
+            key,
+            kind,
+            public: self.public.unwrap_or(true),
+            shadow: self.shadow.unwrap_or(false),
+            durable: self.durable.unwrap_or(false),
+        })
+    }
+}
+
+impl RawRoute {
+    fn validate(
+        self,
+        path: &str,
+        rules: &BTreeMap<String, Arc<RuleSpec>>,
+    ) -> Result<Route, PolicyError> {
+        if self.method.is_empty() || !self.method.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(invalid(
+                format!("{path}.method"),
+                "must be an HTTP method such as GET",
+            ));
+        }
+        if !self.path.starts_with('/') {
+            return Err(invalid(format!("{path}.path"), "must start with '/'"));
+        }
+        if self.rules.is_empty() {
+            return Err(invalid(
+                format!("{path}.rules"),
+                "a route needs at least one rule",
+            ));
+        }
+        let mut specs: Vec<Arc<RuleSpec>> = Vec::with_capacity(self.rules.len());
+        for (i, name) in self.rules.iter().enumerate() {
+            let spec = rules.get(name).ok_or_else(|| {
+                invalid(
+                    format!("{path}.rules[{i}]"),
+                    format!("unknown rule '{name}'"),
+                )
+            })?;
+            if specs.iter().any(|s| s.name == *name) {
+                return Err(invalid(
+                    format!("{path}.rules[{i}]"),
+                    format!("rule '{name}' given twice"),
+                ));
+            }
+            specs.push(Arc::clone(spec));
+        }
+        let multi: Vec<&RuleSpec> = specs
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|s| s.in_multi())
+            .collect();
+        if let [first, rest @ ..] = multi.as_slice() {
+            for other in rest {
+                let (a, b) = (first.key.hash_tag(), other.key.hash_tag());
+                if a.is_none() || a != b {
+                    return Err(invalid(
+                        format!("{path}.rules"),
+                        format!(
+                            "rules '{}' and '{}' go in one RL.MULTI, so their keys must share a hash tag (a '{{...}}' part written the same in both)",
+                            first.name, other.name
+                        ),
+                    ));
+                }
+                if first.key == other.key {
+                    return Err(invalid(
+                        format!("{path}.rules"),
+                        format!(
+                            "rules '{}' and '{}' have the same key",
+                            first.name, other.name
+                        ),
+                    ));
+                }
+            }
+        }
+        let at = |field: &str| format!("{path}.on_store_error.{field}");
+        let on_store_error = match self.on_store_error {
+            None => OnStoreError::Deny,
+            Some(raw) => match raw.mode.as_str() {
+                "deny" | "allow" => {
+                    if let Some(field) = [
+                        ("limit", raw.limit.is_some()),
+                        ("period", raw.period.is_some()),
+                        ("burst", raw.burst.is_some()),
+                    ]
+                    .iter()
+                    .find_map(|(f, given)| given.then_some(*f))
+                    {
+                        return Err(invalid(
+                            at(field),
+                            "only a fallback takes a limit, period or burst",
+                        ));
+                    }
+                    if raw.mode == "deny" {
+                        OnStoreError::Deny
+                    } else {
+                        OnStoreError::Allow
+                    }
+                }
+                "fallback" => {
+                    let limit = raw
+                        .limit
+                        .ok_or_else(|| invalid(at("limit"), "a fallback needs a limit"))?;
+                    let period_text = raw
+                        .period
+                        .ok_or_else(|| invalid(at("period"), "a fallback needs a period"))?;
+                    let period =
+                        duration(&at("period"), &period_text, MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
+                    let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
+                    let rule = Rule::new(Algo::Gcra, limit, period_us, raw.burst).map_err(|e| {
+                        let field = match &e {
+                            rl_core::error::Error::OutOfRange { arg: "limit", .. } => "limit",
+                            _ => "burst",
+                        };
+                        invalid(at(field), core_message(&e))
+                    })?;
+                    // The fallback counts the route's first rule's cost: one it could never admit
+                    // would turn an outage into refusing every request.
+                    if let Some(RuleKind::Rate(r)) = specs.first().map(|s| &s.kind) {
+                        if check_cost(r.cost, &rule).is_err() {
+                            return Err(invalid(
+                                at("burst"),
+                                format!(
+                                    "the route's first rule costs {}, more than the fallback's capacity {}",
+                                    r.cost,
+                                    rule.burst()
+                                ),
+                            ));
+                        }
+                    }
+                    OnStoreError::Fallback(rule)
+                }
+                other => {
+                    return Err(invalid(
+                        at("mode"),
+                        format!("must be deny, fallback or allow (got '{other}')"),
+                    ))
+                }
+            },
+        };
+        Ok(Route {
+            method: self.method.to_ascii_uppercase(),
+            path: self.path,
+            rules: specs,
+            on_store_error,
+        })
+    }
+}

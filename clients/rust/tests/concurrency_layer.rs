@@ -1,0 +1,159 @@
+//! The concurrency layer over real HTTP in front of a real server: slots held while the
+//! service works and released after the response, a full semaphore answered 429 with its
+//! headers, and the two answers when the store is gone.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use common::Server;
+use redis::aio::ConnectionManager;
+use redis_rl_client::concurrency::WhenUnavailable;
+use redis_rl_client::{ConcurrencyLimitLayer, Rl};
+
+async fn rl(port: u16) -> Rl<ConnectionManager> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    Rl::new(client.get_connection_manager().await.unwrap())
+}
+
+/// Two slots per tenant (`x-tenant`; a request without one is not limited), in front of a
+/// handler that works for `?ms=N` milliseconds.
+async fn serve(rl: Rl<ConnectionManager>, unavailable: WhenUnavailable) -> String {
+    let layer = ConcurrencyLimitLayer::new(rl, "reports", 2, Duration::from_secs(30), |request| {
+        let tenant = request
+            .headers()
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .map(|t| format!("reports:{t}"));
+        async move { tenant }
+    })
+    .timeout(Duration::from_millis(200))
+    .when_unavailable(unavailable);
+    let app = Router::new()
+        .route(
+            "/report",
+            get(|uri: axum::http::Uri| async move {
+                let ms = uri
+                    .query()
+                    .and_then(|q| q.strip_prefix("ms="))
+                    .map_or(0, |n| n.parse().unwrap());
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                "report"
+            }),
+        )
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    format!("http://{addr}")
+}
+
+async fn in_flight(rl: &Rl<ConnectionManager>) -> u64 {
+    let info = rl.info(b"reports:atlas").await.unwrap();
+    info.and_then(|i| i.in_flight).unwrap_or(0)
+}
+
+async fn until_in_flight(rl: &Rl<ConnectionManager>, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight(rl).await != want {
+        assert!(Instant::now() < deadline, "in flight never reached {want}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .map_or(String::new(), |v| v.to_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn holds_a_slot_per_request_and_refuses_past_the_capacity() {
+    let server = Server::start();
+    let base = serve(rl(server.port).await, WhenUnavailable::Deny).await;
+    let observer = rl(server.port).await;
+    let http = reqwest::Client::new();
+    let report = |ms: u64, tenant: Option<&str>| {
+        let mut r = http.get(format!("{base}/report?ms={ms}"));
+        if let Some(t) = tenant {
+            r = r.header("x-tenant", t);
+        }
+        r.send()
+    };
+
+    let slow = [
+        tokio::spawn(report(700, Some("atlas"))),
+        tokio::spawn(report(700, Some("atlas"))),
+    ];
+    until_in_flight(&observer, 2).await;
+    let third = report(0, Some("atlas")).await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert_eq!(
+        header(&third, "ratelimit-policy"),
+        r#""reports";q=2;qu="concurrent-requests""#
+    );
+    assert!(header(&third, "ratelimit").starts_with(r#""reports";r=0;t="#));
+    // The earliest lease ends in about 30 s: that is when a slot is sure to be free.
+    let retry: u64 = header(&third, "retry-after").parse().unwrap();
+    assert!((29..=30).contains(&retry), "Retry-After {retry}");
+    let body: serde_json::Value = serde_json::from_str(&third.text().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["reports"]));
+    // Another tenant has slots of its own; a request with no key is not limited.
+    assert_eq!(report(0, Some("zenith")).await.unwrap().status(), 200);
+    assert_eq!(report(0, None).await.unwrap().status(), 200);
+
+    // The first to acquire saw one slot left, the second none.
+    let mut seen = Vec::new();
+    for done in slow {
+        let done = done.await.unwrap().unwrap();
+        assert_eq!(done.status(), 200);
+        seen.push(header(&done, "ratelimit"));
+        assert_eq!(done.text().await.unwrap(), "report");
+    }
+    seen.sort();
+    assert_eq!(seen, [r#""reports";r=0;t=0"#, r#""reports";r=1;t=0"#]);
+    // Released once the responses were sent: the next request is admitted.
+    until_in_flight(&observer, 0).await;
+    let again = report(0, Some("atlas")).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(header(&again, "ratelimit"), r#""reports";r=1;t=0"#);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_cannot_answer_denies_or_allows_as_configured() {
+    let server = Server::start();
+    let port = server.port;
+    let deny = serve(rl(port).await, WhenUnavailable::Deny).await;
+    let allow = serve(rl(port).await, WhenUnavailable::Allow).await;
+    drop(server);
+    let http = reqwest::Client::new();
+    let get = |base: &str| {
+        http.get(format!("{base}/report"))
+            .header("x-tenant", "atlas")
+            .send()
+    };
+
+    let started = Instant::now();
+    let denied = get(&deny).await.unwrap();
+    assert_eq!(denied.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a 503 must come fast"
+    );
+    assert!(header(&denied, "ratelimit").is_empty());
+    assert_eq!(header(&denied, "retry-after"), "30");
+    assert_eq!(header(&denied, "content-type"), "application/problem+json");
+    assert_eq!(get(&allow).await.unwrap().status(), 200);
+}

@@ -23,7 +23,7 @@ use crate::command::Acquire;
 use crate::gateway::leases::{Held, Leases};
 use crate::gateway::{Decision, Verdict, RETRY_AFTER};
 use crate::headers::{self, Outcome as HeaderOutcome, RuleSpec as HeaderRule};
-use crate::layer::{answer, guard, set_headers};
+use crate::layer::{answer, guard, set_headers, take_ready};
 use crate::metrics::{CallResult, Event, Metrics, Outcome};
 use crate::posture::{with_deadline, StoreFailure};
 use crate::problem;
@@ -171,9 +171,7 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        // The clone that was polled ready is the one that must be called (tower's rule).
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let mut inner = take_ready(&mut self.inner);
         let limit = Arc::clone(&self.limit);
         Box::pin(async move {
             let Some(key) = (limit.key)(&request).await else {

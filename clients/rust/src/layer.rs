@@ -111,9 +111,7 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        // The clone that was polled ready is the one that must be called (tower's rule).
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let mut inner = take_ready(&mut self.inner);
         let gateway = Arc::clone(&self.gateway);
         let identify = self.identify.clone();
         Box::pin(async move {
@@ -159,6 +157,13 @@ where
             Ok(guard(response, leases))
         })
     }
+}
+
+/// Takes the inner service that was polled ready, leaving a fresh clone in its place: the one
+/// polled ready is the one that must be called (tower's rule).
+pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let fresh = inner.clone();
+    std::mem::replace(inner, fresh)
 }
 
 /// Holds `leases` until `response`'s body has been sent or dropped.

@@ -4,8 +4,8 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
@@ -46,17 +46,7 @@ async fn serve(rl: Rl<ConnectionManager>, unavailable: WhenUnavailable) -> Strin
             }),
         )
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    format!("http://{addr}")
+    support::serve(app).await
 }
 
 async fn in_flight(rl: &Rl<ConnectionManager>) -> u64 {

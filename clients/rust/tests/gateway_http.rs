@@ -4,9 +4,9 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -63,13 +63,7 @@ async fn start_gateway(
     server: &Server,
     policy: &TempFile,
 ) -> (String, Arc<Gateway<MultiplexedConnection>>) {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let gateway = Arc::new(Gateway::new(
-        Rl::new(conn),
-        PolicyStore::load_file(&policy.0).unwrap(),
-        Arc::default(),
-    ));
+    let gateway = support::gateway(server.port, &policy.0).await;
     let app = Router::new()
         .route("/catalog", get(handler))
         .route("/checkout", post(handler))
@@ -77,17 +71,7 @@ async fn start_gateway(
         .route("/export", post(slow))
         .layer(RateLimitLayer::new(Arc::clone(&gateway)))
         .route("/healthz", get(|| async { "ok" }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    (format!("http://{addr}"), gateway)
+    (support::serve(app).await, gateway)
 }
 
 fn multi_calls(server: &Server) -> u64 {

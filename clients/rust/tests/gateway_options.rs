@@ -4,43 +4,16 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::{Extension, Router};
 use common::{cmd, digest, wait_for_sync, Server, TempFile};
-use redis::aio::MultiplexedConnection;
-use redis_rl_client::policy::PolicyStore;
-use redis_rl_client::{Caller, Gateway, RateLimitLayer, Rl};
-
-async fn gateway(server: &Server, policy: &TempFile) -> Arc<Gateway<MultiplexedConnection>> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    Arc::new(Gateway::new(
-        Rl::new(conn),
-        PolicyStore::load_file(&policy.0).unwrap(),
-        Arc::default(),
-    ))
-}
-
-/// Serves `app`; returns its base URL.
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    format!("http://{addr}")
-}
+use redis_rl_client::{Caller, RateLimitLayer, Rl};
 
 fn exists(server: &Server, key: &str) -> bool {
     cmd("EXISTS").arg(key).query(&mut server.conn()).unwrap()
@@ -57,7 +30,7 @@ const IDENTIFY_POLICY: &str = r#"{
 async fn an_application_resolves_the_caller_asynchronously_in_place_of_the_headers() {
     let server = Server::start();
     let policy = TempFile::new("identify.json", IDENTIFY_POLICY);
-    let gateway = gateway(&server, &policy).await;
+    let gateway = support::gateway(server.port, &policy.0).await;
     // The application's own lookup: a bearer token names a user of a tenant.
     let tokens: Arc<HashMap<&str, (&str, &str)>> =
         Arc::new(HashMap::from([("t-ann", ("ann", "acme"))]));
@@ -86,7 +59,7 @@ async fn an_application_resolves_the_caller_asynchronously_in_place_of_the_heade
             }),
         )
         .layer(layer);
-    let base = serve(app).await;
+    let base = support::serve(app).await;
     let http = reqwest::Client::new();
     let me = |token: Option<&str>| {
         let mut r = http
@@ -136,12 +109,12 @@ const UNREPLICATED: &str =
 async fn durable_rules_wait_for_a_replica_and_count_admissions_none_acknowledged() {
     let primary = Server::start();
     let policy = TempFile::new("durable.json", DURABLE_POLICY);
-    let gateway = gateway(&primary, &policy).await;
+    let gateway = support::gateway(primary.port, &policy.0).await;
     let app = Router::new()
         .route("/pay", get(|| async { "paid" }))
         .route("/read", get(|| async { "read" }))
         .layer(RateLimitLayer::new(Arc::clone(&gateway)));
-    let base = serve(app).await;
+    let base = support::serve(app).await;
     let http = reqwest::Client::new();
     let get = |path: &'static str| {
         http.get(format!("{base}{path}"))
@@ -198,7 +171,7 @@ const SHADOW_SEMAPHORE_POLICY: &str = r#"{
 async fn a_shadow_semaphore_holds_slots_of_its_own_and_never_refuses() {
     let server = Server::start();
     let policy = TempFile::new("shadow-semaphore.json", SHADOW_SEMAPHORE_POLICY);
-    let gateway = gateway(&server, &policy).await;
+    let gateway = support::gateway(server.port, &policy.0).await;
     let app = Router::new()
         .route(
             "/work",
@@ -208,7 +181,7 @@ async fn a_shadow_semaphore_holds_slots_of_its_own_and_never_refuses() {
             }),
         )
         .layer(RateLimitLayer::new(Arc::clone(&gateway)));
-    let base = serve(app).await;
+    let base = support::serve(app).await;
     let http = reqwest::Client::new();
     let work = || {
         http.get(format!("{base}/work"))

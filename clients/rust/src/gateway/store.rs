@@ -179,17 +179,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             if !k.settles() {
                 continue;
             }
-            let mut admit = Admit::new(
-                k.key.as_bytes(),
-                rate.rule.limit(),
-                Duration::from_micros(rate.rule.period_us()),
-            )
-            .algo(rate.algo)
-            .cost(rate.cost)
-            .reserve(id, None);
-            if rate.burst_given {
-                admit = admit.burst(rate.rule.burst());
-            }
+            let admit = admit_of(k.key.as_bytes(), rate).reserve(id, None);
             let decided = self.rl.admit(&admit).await?;
             answer.outcomes.push((i, HeaderOutcome::of(&decided)));
             if !decided.allowed {
@@ -264,17 +254,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             if k.rule.in_multi() || (rate.grant.is_some() && !k.rule.shadow) {
                 continue;
             }
-            let mut admit = Admit::new(
-                k.store_key(),
-                rate.rule.limit(),
-                Duration::from_micros(rate.rule.period_us()),
-            )
-            .algo(rate.algo)
-            .cost(rate.cost);
-            if rate.burst_given {
-                admit = admit.burst(rate.rule.burst());
-            }
-            let decided = self.rl.admit(&admit).await?;
+            let decided = self.rl.admit(&admit_of(k.store_key(), rate)).await?;
             if k.rule.shadow {
                 if !decided.allowed {
                     answer.shadow_refused.push(i);
@@ -319,5 +299,21 @@ fn semaphore_outcome(
         remaining: sem.concurrency.saturating_sub(in_flight),
         reset_after_ms: 0,
         retry_after_ms,
+    }
+}
+
+/// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it.
+fn admit_of(key: impl Into<Vec<u8>>, rate: &RateSpec) -> Admit {
+    let admit = Admit::new(
+        key,
+        rate.rule.limit(),
+        Duration::from_micros(rate.rule.period_us()),
+    )
+    .algo(rate.algo)
+    .cost(rate.cost);
+    if rate.burst_given {
+        admit.burst(rate.rule.burst())
+    } else {
+        admit
     }
 }

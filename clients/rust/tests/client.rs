@@ -253,6 +253,17 @@ async fn a_cluster_routes_every_command_and_refuses_cross_slot_multi_before_send
         // Tags in several slots, so the keys live on more than one node.
         for tag in tags {
             every_command(&rl, tag).await;
+            // WAIT has no key: it goes to the primary serving the given key's slot, and only
+            // there (no replica in this cluster acknowledges anything).
+            let acked = rl
+                .wait_replicas(
+                    format!("{{{tag}}}:k").as_bytes(),
+                    1,
+                    Duration::from_millis(1),
+                )
+                .await
+                .unwrap();
+            assert_eq!(acked, 0);
         }
         let calls = || -> i64 { (0..3).map(|i| multi_calls(&mut cluster.conn(i))).sum() };
         let before = calls();
@@ -270,6 +281,14 @@ async fn a_cluster_routes_every_command_and_refuses_cross_slot_multi_before_send
     }
     let total: i64 = (0..3).map(|i| multi_calls(&mut cluster.conn(i))).sum();
     assert_eq!(total, 8 * 3);
+    let waits: i64 = (0..3)
+        .map(|i| {
+            info_field(&mut cluster.conn(i), "commandstats", "cmdstat_wait")
+                .and_then(|v| v.split(',').next()?.strip_prefix("calls=")?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(waits, 8, "each WAIT reached one node");
     // Each went straight to its slot's primary: routed by `numkeys` instead, it would have
     // been answered MOVED (which the servers count) before the redirect was followed.
     for i in 0..3 {

@@ -6,6 +6,7 @@
 mod common;
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
@@ -13,6 +14,7 @@ use axum::Router;
 use common::Server;
 use redis::aio::ConnectionManager;
 use redis_rl_client::concurrency::WhenUnavailable;
+use redis_rl_client::metrics::Metrics;
 use redis_rl_client::{ConcurrencyLimitLayer, Rl};
 
 async fn rl(port: u16) -> Rl<ConnectionManager> {
@@ -22,7 +24,11 @@ async fn rl(port: u16) -> Rl<ConnectionManager> {
 
 /// Two slots per tenant (`x-tenant`; a request without one is not limited), in front of a
 /// handler that works for `?ms=N` milliseconds.
-async fn serve(rl: Rl<ConnectionManager>, unavailable: WhenUnavailable) -> String {
+async fn serve(
+    rl: Rl<ConnectionManager>,
+    unavailable: WhenUnavailable,
+    metrics: Arc<Metrics>,
+) -> String {
     let layer = ConcurrencyLimitLayer::new(rl, "reports", 2, Duration::from_secs(30), |request| {
         let tenant = request
             .headers()
@@ -32,7 +38,8 @@ async fn serve(rl: Rl<ConnectionManager>, unavailable: WhenUnavailable) -> Strin
         async move { tenant }
     })
     .timeout(Duration::from_millis(200))
-    .when_unavailable(unavailable);
+    .when_unavailable(unavailable)
+    .metrics(metrics);
     let app = Router::new()
         .route(
             "/report",
@@ -72,7 +79,13 @@ fn header(response: &reqwest::Response, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn holds_a_slot_per_request_and_refuses_past_the_capacity() {
     let server = Server::start();
-    let base = serve(rl(server.port).await, WhenUnavailable::Deny).await;
+    let metrics = Arc::new(Metrics::default());
+    let base = serve(
+        rl(server.port).await,
+        WhenUnavailable::Deny,
+        Arc::clone(&metrics),
+    )
+    .await;
     let observer = rl(server.port).await;
     let http = reqwest::Client::new();
     let report = |ms: u64, tenant: Option<&str>| {
@@ -119,14 +132,23 @@ async fn holds_a_slot_per_request_and_refuses_past_the_capacity() {
     let again = report(0, Some("atlas")).await.unwrap();
     assert_eq!(again.status(), 200);
     assert_eq!(header(&again, "ratelimit"), r#""reports";r=1;t=0"#);
+    // Four admitted on a key (two tenants; the keyless request is not counted), one refused.
+    let text = metrics.render();
+    for line in [
+        r#"rl_gateway_decisions_total{route="reports",rule="reports",outcome="admit"} 4"#,
+        r#"rl_gateway_decisions_total{route="reports",rule="reports",outcome="refuse"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_that_cannot_answer_denies_or_allows_as_configured() {
     let server = Server::start();
     let port = server.port;
-    let deny = serve(rl(port).await, WhenUnavailable::Deny).await;
-    let allow = serve(rl(port).await, WhenUnavailable::Allow).await;
+    let metrics = Arc::new(Metrics::default());
+    let deny = serve(rl(port).await, WhenUnavailable::Deny, Arc::clone(&metrics)).await;
+    let allow = serve(rl(port).await, WhenUnavailable::Allow, Arc::clone(&metrics)).await;
     drop(server);
     let http = reqwest::Client::new();
     let get = |base: &str| {
@@ -146,4 +168,9 @@ async fn a_store_that_cannot_answer_denies_or_allows_as_configured() {
     assert_eq!(header(&denied, "retry-after"), "30");
     assert_eq!(header(&denied, "content-type"), "application/problem+json");
     assert_eq!(get(&allow).await.unwrap().status(), 200);
+    let text = metrics.render();
+    for outcome in ["unavailable_deny", "open_admit"] {
+        let line = format!(r#"rule="reports",outcome="{outcome}"}} 1"#);
+        assert!(text.contains(&line), "{line} missing from\n{text}");
+    }
 }

@@ -19,14 +19,16 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::client::{Rl, RlConnection};
-use crate::command::Acquire;
-use crate::gateway::leases::{Held, Leases};
+use crate::command::{duration_arg, Acquire};
+use crate::gateway::leases::{new_holder, Held, Leases};
 use crate::gateway::{Decision, Verdict, RETRY_AFTER};
 use crate::headers::{self, Outcome as HeaderOutcome, RuleSpec as HeaderRule};
 use crate::layer::{answer, guard, set_headers, take_ready};
 use crate::metrics::{CallResult, Event, Metrics, Outcome};
 use crate::posture::{with_deadline, StoreFailure};
 use crate::problem;
+use crate::reply::Error;
+use rl_core::rule::{MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
 
 /// The key of a request's semaphore, possibly looked up asynchronously; `None` leaves the
 /// request unlimited.
@@ -71,19 +73,32 @@ impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
     /// At most `capacity` requests in flight per key; `name` labels the headers, the problem
     /// body and the metrics. A slot whose holder stops renewing it is free after `lease`.
     /// Store calls have a 50 ms deadline and a store that cannot answer denies, unless
-    /// [`Self::timeout`] and [`Self::when_unavailable`] say otherwise.
+    /// [`Self::timeout`] and [`Self::when_unavailable`] say otherwise. A capacity or a lease
+    /// the module would refuse is refused here, before any request.
     pub fn new<F, Fut>(
         rl: Rl<C>,
         name: impl Into<String>,
         capacity: u64,
         lease: Duration,
         key: F,
-    ) -> ConcurrencyLimitLayer<C>
+    ) -> Result<ConcurrencyLimitLayer<C>, Error>
     where
         F: Fn(&Request<Body>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Option<String>> + Send + 'static,
     {
-        ConcurrencyLimitLayer {
+        if !(1..=MAX_SEMAPHORE_CAPACITY).contains(&capacity) {
+            return Err(Error::InvalidRequest(format!(
+                "capacity {capacity} is not in the range [1, {MAX_SEMAPHORE_CAPACITY}]"
+            )));
+        }
+        let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
+        if lease.is_zero() || lease_us > MAX_PERIOD_US {
+            return Err(Error::InvalidRequest(format!(
+                "lease {lease:?} is not in the range (0, {MAX_PERIOD_TEXT}]"
+            )));
+        }
+        duration_arg(lease, "lease")?;
+        Ok(ConcurrencyLimitLayer {
             limit: Arc::new(Limit {
                 rl,
                 name: name.into(),
@@ -94,7 +109,7 @@ impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
                 unavailable: WhenUnavailable::Deny,
                 metrics: Arc::default(),
             }),
-        }
+        })
     }
 
     fn with(self, change: impl FnOnce(&mut Limit<C>)) -> ConcurrencyLimitLayer<C> {
@@ -213,7 +228,10 @@ impl<C: RlConnection + 'static> Limit<C> {
 
     async fn decide(&self, key: String) -> (Verdict, Option<Leases<C>>) {
         let started = Instant::now();
-        let acquire = Acquire::new(key.as_bytes(), self.capacity, self.lease);
+        // Chosen here, so that a slot whose reply is lost can still be released.
+        let holder = new_holder();
+        let acquire =
+            Acquire::new(key.as_bytes(), self.capacity, self.lease).holder(holder.clone());
         let asked = with_deadline(self.timeout, self.rl.acquire(&acquire)).await;
         let result = match &asked {
             Ok(_) => CallResult::Ok,
@@ -236,6 +254,14 @@ impl<C: RlConnection + 'static> Limit<C> {
         let lease = match asked {
             Ok(lease) => lease,
             Err(_) => {
+                // The acquisition may have reached the server after all: give its slot back
+                // (dropping these leases releases it) rather than hold it for a whole lease.
+                let late = Held {
+                    key: key.into_bytes(),
+                    holder,
+                    lease: self.lease,
+                };
+                drop(Leases::new(self.rl.clone(), vec![late], Vec::new()));
                 verdict.decision = Decision::Unavailable;
                 if self.unavailable == WhenUnavailable::Allow {
                     self.count(Outcome::OpenAdmit);
@@ -246,8 +272,8 @@ impl<C: RlConnection + 'static> Limit<C> {
                 verdict.outcome = Some(Outcome::UnavailableDeny);
                 verdict.status = Some(503);
                 verdict.problem = Some(problem::limiter_unavailable());
-                // A slot is most likely free again once a lease has run out.
-                verdict.headers = vec![(RETRY_AFTER, retry_after(self.lease.as_millis()))];
+                // The store is asked again by the next request: there is nothing to wait for.
+                verdict.headers = vec![(RETRY_AFTER, "1".to_string())];
                 return (verdict, None);
             }
         };
@@ -257,35 +283,23 @@ impl<C: RlConnection + 'static> Limit<C> {
             retry_after_ms: (!lease.acquired).then_some(lease.retry_after_ms),
         };
         verdict.headers = headers::render(&[(self.spec(), outcome)], false);
-        match lease.holder {
-            Some(holder) if lease.acquired => {
-                self.count(Outcome::Admit);
-                let held = Held {
-                    key: key.into_bytes(),
-                    holder,
-                    lease: self.lease,
-                };
-                (
-                    verdict,
-                    Some(Leases::new(self.rl.clone(), vec![held], Vec::new())),
-                )
-            }
-            _ => {
-                self.count(Outcome::Refuse);
-                verdict.decision = Decision::Refuse;
-                verdict.outcome = Some(Outcome::Refuse);
-                verdict.status = Some(429);
-                verdict.problem = Some(problem::too_many_requests(&[self.name.as_str()]));
-                verdict
-                    .headers
-                    .push((RETRY_AFTER, retry_after(u128::from(lease.retry_after_ms))));
-                (verdict, None)
-            }
+        if !lease.acquired {
+            self.count(Outcome::Refuse);
+            verdict.decision = Decision::Refuse;
+            verdict.outcome = Some(Outcome::Refuse);
+            verdict.status = Some(429);
+            verdict.problem = Some(problem::too_many_requests(&[self.name.as_str()]));
+            let wait = lease.retry_after_ms.div_ceil(1000).max(1);
+            verdict.headers.push((RETRY_AFTER, wait.to_string()));
+            return (verdict, None);
         }
+        self.count(Outcome::Admit);
+        let held = Held {
+            key: key.into_bytes(),
+            holder,
+            lease: self.lease,
+        };
+        let leases = Leases::new(self.rl.clone(), vec![held], Vec::new());
+        (verdict, Some(leases))
     }
-}
-
-/// Whole seconds, rounded up, at least 1.
-fn retry_after(ms: u128) -> String {
-    ms.div_ceil(1000).max(1).to_string()
 }

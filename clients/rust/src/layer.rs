@@ -22,6 +22,7 @@ use tower_service::Service;
 
 use crate::client::RlConnection;
 use crate::gateway::{Caller, Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
+use crate::headers::{POLICY, RATELIMIT};
 use crate::problem;
 
 /// Resolves who a request's caller is, possibly asynchronously (an API key looked up, a token
@@ -115,9 +116,15 @@ where
         let gateway = Arc::clone(&self.gateway);
         let identify = self.identify.clone();
         Box::pin(async move {
+            // A request no route names passes untouched: its caller is not looked up either.
+            let routed = identify.is_some() && {
+                let policy = gateway.policy();
+                let route = policy.route(request.method().as_str(), request.uri().path());
+                route.is_some()
+            };
             let caller = match &identify {
-                Some(identify) => identify(&request).await,
-                None => None,
+                Some(identify) if routed => identify(&request).await,
+                _ => None,
             };
             let peer = request
                 .extensions()
@@ -207,7 +214,13 @@ pub(crate) fn set_headers(headers: &mut HeaderMap, verdict: &Verdict) {
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
         ) {
-            headers.insert(name, value);
+            // The RateLimit fields are lists: a second layer (a concurrency limit around the
+            // gateway, say) adds its items to the first's instead of replacing them.
+            if name == POLICY || name == RATELIMIT {
+                headers.append(name, value);
+            } else {
+                headers.insert(name, value);
+            }
         }
     }
 }

@@ -37,6 +37,7 @@ async fn serve(
             .map(|t| format!("reports:{t}"));
         async move { tenant }
     })
+    .unwrap()
     .timeout(Duration::from_millis(200))
     .when_unavailable(unavailable)
     .metrics(metrics);
@@ -165,12 +166,37 @@ async fn a_store_that_cannot_answer_denies_or_allows_as_configured() {
         "a 503 must come fast"
     );
     assert!(header(&denied, "ratelimit").is_empty());
-    assert_eq!(header(&denied, "retry-after"), "30");
+    assert_eq!(header(&denied, "retry-after"), "1");
     assert_eq!(header(&denied, "content-type"), "application/problem+json");
     assert_eq!(get(&allow).await.unwrap().status(), 200);
     let text = metrics.render();
     for outcome in ["unavailable_deny", "open_admit"] {
         let line = format!(r#"rule="reports",outcome="{outcome}"}} 1"#);
         assert!(text.contains(&line), "{line} missing from\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capacity_or_a_lease_the_module_would_refuse_is_refused_at_once() {
+    let server = Server::start();
+    let none = |_: &axum::http::Request<axum::body::Body>| async { None::<String> };
+    let lease = Duration::from_secs(1);
+    for (capacity, lease, wrong) in [
+        (0, lease, "capacity 0"),
+        (100_001, lease, "capacity 100001"),
+        (1, Duration::ZERO, "lease 0ns"),
+        (
+            1,
+            Duration::from_micros(1500),
+            "not a whole number of milliseconds",
+        ),
+    ] {
+        match ConcurrencyLimitLayer::new(rl(server.port).await, "r", capacity, lease, none) {
+            Err(redis_rl_client::Error::InvalidRequest(text)) => {
+                assert!(text.contains(wrong), "{text}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("{wrong} was accepted"),
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The gateway's options beyond the basics, over real HTTP in front of real servers: a caller
-//! resolved asynchronously by the application, `durable` rules waiting for a replica, and
-//! shadow semaphores.
+//! resolved asynchronously by the application, `durable` rules waiting for a replica (on
+//! connections of their own), and shadow semaphores.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::{Extension, Router};
-use common::{cmd, digest, wait_for_sync, Server, TempFile};
-use redis_rl_client::{Caller, RateLimitLayer, Rl};
+use common::{cmd, digest, info_field, wait_for_sync, Server, TempFile};
+use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::{Caller, Gateway, RateLimitLayer, Rl};
 
 fn exists(server: &Server, key: &str) -> bool {
     cmd("EXISTS").arg(key).query(&mut server.conn()).unwrap()
@@ -237,4 +238,51 @@ async fn a_shadow_semaphore_holds_slots_of_its_own_and_never_refuses() {
         !metrics.contains(r#"rule="slots",outcome="admit""#),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn durable_routes_wait_on_connections_of_their_own() {
+    let server = Server::start();
+    // A WAIT of a whole second, so the other route's request surely runs meanwhile.
+    let policy = TempFile::new("durable-own.json", &DURABLE_POLICY.replace("150ms", "1s"));
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let connection = || async { Rl::new(client.get_multiplexed_async_connection().await.unwrap()) };
+    let gateway = Arc::new(
+        Gateway::new(
+            connection().await,
+            PolicyStore::load_file(&policy.0).unwrap(),
+            Arc::default(),
+        )
+        .with_durable_connections(vec![connection().await]),
+    );
+    let app = Router::new()
+        .route("/pay", get(|| async { "paid" }))
+        .route("/read", get(|| async { "read" }))
+        .layer(RateLimitLayer::new(Arc::clone(&gateway)));
+    let base = support::serve(app).await;
+    let http = reqwest::Client::new();
+    let get = |path: &'static str| {
+        http.get(format!("{base}{path}"))
+            .header("x-user", "ann")
+            .send()
+    };
+
+    let pay = tokio::spawn(get("/pay"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while info_field(&mut server.conn(), "clients", "blocked_clients").as_deref() != Some("1") {
+        assert!(
+            Instant::now() < deadline,
+            "the durable request's WAIT never blocked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The WAIT blocks its own connection only: the other route is answered meanwhile.
+    assert_eq!(get("/read").await.unwrap().status(), 200);
+    assert!(
+        !pay.is_finished(),
+        "the read was answered only after the WAIT"
+    );
+    assert_eq!(pay.await.unwrap().unwrap().status(), 200);
+    let metrics = gateway.metrics().render();
+    assert!(metrics.contains(&format!("{UNREPLICATED} 1")), "{metrics}");
 }

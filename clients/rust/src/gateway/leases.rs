@@ -30,6 +30,12 @@ pub struct Leases<C: RlConnection + 'static> {
     heartbeat: Option<JoinHandle<()>>,
 }
 
+/// A holder id for a slot this process acquires: 64 random bits in hex, so that the caller
+/// knows it before the reply (and can release a slot whose reply was lost).
+pub(crate) fn new_holder() -> Vec<u8> {
+    format!("{:016x}", fastrand::u64(..)).into_bytes()
+}
+
 /// A release that cannot be sent in this long is abandoned: the lease expires on its own.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -16,6 +16,7 @@ use store::{Answer, Chunk};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -142,6 +143,10 @@ pub struct Gateway<C: RlConnection + 'static> {
     // there is one refill in flight per key and the requests behind it spend the new chunk.
     chunks: Mutex<LruCache<String, Arc<tokio::sync::Mutex<Chunk>>>>,
     legacy_headers: bool,
+    // Connections of their own for routes with a `durable` rule, taken in turn: the server
+    // blocks a connection while its WAIT waits, and the other routes must not queue behind it.
+    durable: Vec<Rl<C>>,
+    next_durable: AtomicUsize,
 }
 
 impl<C: RlConnection + 'static> Gateway<C> {
@@ -161,7 +166,18 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN),
             )),
             legacy_headers: false,
+            durable: Vec::new(),
+            next_durable: AtomicUsize::new(0),
         }
+    }
+
+    /// Sends the store calls of routes with a `durable` rule, and their `WAIT`, on these
+    /// connections (each request on one, in turn) instead of the gateway's own. The server
+    /// blocks a connection while its `WAIT` waits for a replica, so without them every request
+    /// sharing the gateway's connection waits behind a durable one whenever replicas lag.
+    pub fn with_durable_connections(mut self, connections: Vec<Rl<C>>) -> Gateway<C> {
+        self.durable = connections;
+        self
     }
 
     /// Also sends the older `X-RateLimit-Limit/Remaining/Reset`, for the most constraining
@@ -245,11 +261,12 @@ impl<C: RlConnection + 'static> Gateway<C> {
         let id = header(&Some(IDEMPOTENCY_KEY.to_string()))
             .map(str::to_string)
             .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
+        let rl = self.connection_for(&keyed);
         let mut held = Vec::new();
         let mut reserved = Vec::new();
         let asked = with_deadline(
             policy.store.timeout,
-            self.ask(&keyed, id.as_bytes(), &mut held, &mut reserved),
+            self.ask(rl, &keyed, id.as_bytes(), &mut held, &mut reserved),
         )
         .await;
         let (result, ok) = match &asked {
@@ -269,10 +286,10 @@ impl<C: RlConnection + 'static> Gateway<C> {
         self.metrics
             .record(Event::Breaker(self.breaker.state(Instant::now())));
         // Slots acquired before a failure or a refusal are given back.
-        let leases = Leases::new(self.rl.clone(), held, reserved);
+        let leases = Leases::new(rl.clone(), held, reserved);
         match asked {
             Ok(answer) if answer.refused.is_empty() => {
-                self.await_replica(&ctx).await;
+                self.await_replica(rl, &ctx).await;
                 (self.admitted(&ctx, &answer), leases)
             }
             Ok(answer) => {
@@ -315,31 +332,48 @@ impl<C: RlConnection + 'static> Gateway<C> {
         Some(self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached))
     }
 
+    /// The connection a request's store calls go on: one of the durable connections for a
+    /// route with a durable rule, when there are any.
+    fn connection_for(&self, keyed: &[Keyed]) -> &Rl<C> {
+        if self.durable.is_empty() || !keyed.iter().any(|k| k.rule.durable) {
+            return &self.rl;
+        }
+        let turn = self.next_durable.fetch_add(1, Ordering::Relaxed);
+        self.durable
+            .get(turn % self.durable.len())
+            .unwrap_or(&self.rl)
+    }
+
     /// `durable` rules that wrote to the store (a grant rule spent locally wrote nothing): the
     /// admission stands, but one that no replica acknowledged within `store.timeout` is
-    /// counted `unreplicated_admit`.
-    async fn await_replica(&self, ctx: &Context<'_>) {
-        let durable: Vec<usize> = ctx
+    /// counted `unreplicated_admit`. Rules in several cluster slots are waited for on each
+    /// slot's primary.
+    async fn await_replica(&self, rl: &Rl<C>, ctx: &Context<'_>) {
+        let durable: Vec<(usize, &Keyed)> = ctx
             .keyed
             .iter()
             .enumerate()
             .filter(|(_, k)| k.rule.durable && !k.rule.shadow)
             .filter(|(_, k)| !matches!(&k.rule.kind, RuleKind::Rate(r) if r.grant.is_some()))
-            .map(|(i, _)| i)
             .collect();
-        let Some(first) = durable.first().and_then(|i| ctx.keyed.get(*i)) else {
-            return;
-        };
+        let mut slots: Vec<u16> = durable.iter().map(|(_, k)| slot(&k.key)).collect();
+        slots.sort_unstable();
+        slots.dedup();
         let timeout = ctx.policy.store.timeout;
-        // The server ends WAIT at its own timeout; the deadline covers an answer that is lost.
-        let acked = with_deadline(
-            timeout.saturating_mul(2),
-            self.rl.wait_replicas(first.key.as_bytes(), 1, timeout),
-        )
-        .await;
-        if !matches!(acked, Ok(n) if n >= 1) {
-            for i in durable {
-                self.count(ctx, i, Outcome::UnreplicatedAdmit);
+        for s in slots {
+            let Some((_, first)) = durable.iter().find(|(_, k)| slot(&k.key) == s) else {
+                continue;
+            };
+            // The server ends WAIT at its own timeout; the deadline covers a lost answer.
+            let acked = with_deadline(
+                timeout.saturating_mul(2),
+                rl.wait_replicas(first.key.as_bytes(), 1, timeout),
+            )
+            .await;
+            if !matches!(acked, Ok(n) if n >= 1) {
+                for (i, _) in durable.iter().filter(|(_, k)| slot(&k.key) == s) {
+                    self.count(ctx, *i, Outcome::UnreplicatedAdmit);
+                }
             }
         }
     }
@@ -565,6 +599,11 @@ struct Context<'a> {
     route_name: &'a str,
     keyed: &'a [Keyed],
     has_user: bool,
+}
+
+/// The cluster slot of a key (CRC16 with the hash-tag rule), which a single server ignores.
+fn slot(key: &str) -> u16 {
+    redis::cluster_routing::get_slot(key.as_bytes())
 }
 
 fn nonempty(value: Option<&str>) -> Option<&str> {

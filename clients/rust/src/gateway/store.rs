@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::leases::{Held, Reserved};
+use super::leases::{new_holder, Held, Reserved};
 use super::{Gateway, Keyed};
-use crate::client::RlConnection;
+use crate::client::{Rl, RlConnection};
 use crate::command::{Acquire, Admit, Grant, Multi, MultiRule};
 use crate::headers::Outcome as HeaderOutcome;
 use crate::metrics::Event;
@@ -45,6 +45,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
     /// back when a later rule refuses.
     pub(super) async fn ask(
         &self,
+        rl: &Rl<C>,
         keyed: &[Keyed],
         id: &[u8],
         held: &mut Vec<Held>,
@@ -58,7 +59,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             let Some(grant) = rate.grant.filter(|_| !k.rule.shadow) else {
                 continue;
             };
-            match self.take(k, rate, grant).await? {
+            match self.take(rl, k, rate, grant).await? {
                 Ok(t) => taken.push(t),
                 Err(retry_after_ms) => {
                     give_back(taken).await;
@@ -70,7 +71,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 }
             }
         }
-        let answer = self.ask_store(keyed, id, held, reserved).await?;
+        let answer = self.ask_store(rl, keyed, id, held, reserved).await?;
         if !answer.refused.is_empty() {
             give_back(taken).await;
         }
@@ -81,6 +82,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
     /// is spent or lapsed. `Err(retry_after_ms)` when the store grants too little.
     async fn take(
         &self,
+        rl: &Rl<C>,
         k: &Keyed,
         rate: &RateSpec,
         grant: GrantSpec,
@@ -104,7 +106,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             if rate.burst_given {
                 request = request.burst(rate.rule.burst());
             }
-            let reply = self.rl.grant(&request).await?;
+            let reply = rl.grant(&request).await?;
             self.metrics
                 .record(Event::GrantRefill { rule: &k.rule.name });
             // The chunk lapses `valid_ms` after its reply arrived; unspent tokens lapse with it.
@@ -128,6 +130,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
     /// in `held`, to be released, and reservations already made are refunded (settled at 0).
     async fn ask_store(
         &self,
+        rl: &Rl<C>,
         keyed: &[Keyed],
         id: &[u8],
         held: &mut Vec<Held>,
@@ -144,28 +147,30 @@ impl<C: RlConnection + 'static> Gateway<C> {
             };
             // A shadow semaphore holds a slot of its own namespace like any other, so that
             // its count is the concurrency it would see, and never refuses.
-            let key = k.store_key();
-            let lease = self
-                .rl
-                .acquire(&Acquire::new(key.as_bytes(), sem.concurrency, sem.lease))
-                .await?;
-            if let (Some(holder), true) = (lease.holder, lease.acquired) {
-                held.push(Held {
-                    key: key.into_bytes(),
-                    holder,
-                    lease: sem.lease,
-                });
-            } else if k.rule.shadow {
-                answer.shadow_refused.push(i);
-            } else {
-                answer.outcomes.push((
-                    i,
-                    semaphore_outcome(sem, lease.in_flight, Some(lease.retry_after_ms)),
-                ));
-                answer.refused.push((i, lease.retry_after_ms));
-                return Ok(answer);
-            }
-            if !k.rule.shadow {
+            let key = k.store_key().into_bytes();
+            // The holder is chosen here and the slot counted as held before the reply, so one
+            // whose reply is lost (a missed deadline) is released with the request's others
+            // instead of staying taken until its lease ends.
+            let holder = new_holder();
+            held.push(Held {
+                key: key.clone(),
+                holder: holder.clone(),
+                lease: sem.lease,
+            });
+            let acquire = Acquire::new(key, sem.concurrency, sem.lease).holder(holder);
+            let lease = rl.acquire(&acquire).await?;
+            if !lease.acquired {
+                held.pop();
+                if k.rule.shadow {
+                    answer.shadow_refused.push(i);
+                } else {
+                    let retry = lease.retry_after_ms;
+                    let outcome = semaphore_outcome(sem, lease.in_flight, Some(retry));
+                    answer.outcomes.push((i, outcome));
+                    answer.refused.push((i, retry));
+                    return Ok(answer);
+                }
+            } else if !k.rule.shadow {
                 answer
                     .outcomes
                     .push((i, semaphore_outcome(sem, lease.in_flight, None)));
@@ -180,10 +185,10 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 continue;
             }
             let admit = admit_of(k.key.as_bytes(), rate).reserve(id, None);
-            let decided = self.rl.admit(&admit).await?;
+            let decided = rl.admit(&admit).await?;
             answer.outcomes.push((i, HeaderOutcome::of(&decided)));
             if !decided.allowed {
-                self.refund(reserved).await?;
+                refund(rl, reserved).await?;
                 answer.refused.push((i, decided.retry_after_ms));
                 return Ok(answer);
             }
@@ -218,8 +223,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
         if !multi.is_empty() {
             let index: HashMap<String, usize> =
                 multi.iter().map(|(i, r)| (r.name.clone(), *i)).collect();
-            let decided = self
-                .rl
+            let decided = rl
                 .multi(&Multi::new(multi.into_iter().map(|(_, r)| r).collect()))
                 .await?;
             for rule in &decided.rules {
@@ -236,7 +240,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 }
             }
             if !decided.allowed {
-                self.refund(reserved).await?;
+                refund(rl, reserved).await?;
                 let by = decided.denied_by.as_ref().and_then(|name| index.get(name));
                 // A refusal without a known rule is still a refusal: pin it on the first.
                 let i = by.copied().or_else(|| index.values().min().copied());
@@ -254,7 +258,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             if k.rule.in_multi() || (rate.grant.is_some() && !k.rule.shadow) {
                 continue;
             }
-            let decided = self.rl.admit(&admit_of(k.store_key(), rate)).await?;
+            let decided = rl.admit(&admit_of(k.store_key(), rate)).await?;
             if k.rule.shadow {
                 if !decided.allowed {
                     answer.shadow_refused.push(i);
@@ -263,20 +267,12 @@ impl<C: RlConnection + 'static> Gateway<C> {
             }
             answer.outcomes.push((i, HeaderOutcome::of(&decided)));
             if !decided.allowed {
-                self.refund(reserved).await?;
+                refund(rl, reserved).await?;
                 answer.refused.push((i, decided.retry_after_ms));
                 return Ok(answer);
             }
         }
         Ok(answer)
-    }
-
-    /// Gives back what the request reserved before a later rule refused it.
-    async fn refund(&self, reserved: &mut Vec<Reserved>) -> Result<(), Error> {
-        for r in std::mem::take(reserved) {
-            self.rl.settle(&r.key, &r.id, 0).await?;
-        }
-        Ok(())
     }
 }
 
@@ -316,4 +312,12 @@ fn admit_of(key: impl Into<Vec<u8>>, rate: &RateSpec) -> Admit {
     } else {
         admit
     }
+}
+
+/// Gives back what the request reserved before a later rule refused it.
+async fn refund<C: RlConnection>(rl: &Rl<C>, reserved: &mut Vec<Reserved>) -> Result<(), Error> {
+    for r in std::mem::take(reserved) {
+        rl.settle(&r.key, &r.id, 0).await?;
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::{Extension, Router};
 use common::{cmd, digest, info_field, wait_for_sync, Server, TempFile};
+use redis::aio::MultiplexedConnection;
 use redis_rl_client::policy::PolicyStore;
 use redis_rl_client::{Caller, Gateway, RateLimitLayer, Rl};
 
@@ -103,6 +104,15 @@ const DURABLE_POLICY: &str = r#"{
   "store": {"timeout": "150ms"}
 }"#;
 
+/// `/pay` (durable) and `/read` behind `gateway`; its base URL.
+async fn serve_pay_and_read(gateway: &Arc<Gateway<MultiplexedConnection>>) -> String {
+    let app = Router::new()
+        .route("/pay", get(|| async { "paid" }))
+        .route("/read", get(|| async { "read" }))
+        .layer(RateLimitLayer::new(Arc::clone(gateway)));
+    support::serve(app).await
+}
+
 const UNREPLICATED: &str =
     r#"rl_gateway_decisions_total{route="GET /pay",rule="pay",outcome="unreplicated_admit"}"#;
 
@@ -111,11 +121,7 @@ async fn durable_rules_wait_for_a_replica_and_count_admissions_none_acknowledged
     let primary = Server::start();
     let policy = TempFile::new("durable.json", DURABLE_POLICY);
     let gateway = support::gateway(primary.port, &policy.0).await;
-    let app = Router::new()
-        .route("/pay", get(|| async { "paid" }))
-        .route("/read", get(|| async { "read" }))
-        .layer(RateLimitLayer::new(Arc::clone(&gateway)));
-    let base = support::serve(app).await;
+    let base = serve_pay_and_read(&gateway).await;
     let http = reqwest::Client::new();
     let get = |path: &'static str| {
         http.get(format!("{base}{path}"))
@@ -255,11 +261,7 @@ async fn durable_routes_wait_on_connections_of_their_own() {
         )
         .with_durable_connections(vec![connection().await]),
     );
-    let app = Router::new()
-        .route("/pay", get(|| async { "paid" }))
-        .route("/read", get(|| async { "read" }))
-        .layer(RateLimitLayer::new(Arc::clone(&gateway)));
-    let base = support::serve(app).await;
+    let base = serve_pay_and_read(&gateway).await;
     let http = reqwest::Client::new();
     let get = |path: &'static str| {
         http.get(format!("{base}{path}"))

@@ -143,6 +143,9 @@ pub struct Gateway<C: RlConnection + 'static> {
     // there is one refill in flight per key and the requests behind it spend the new chunk.
     chunks: Mutex<LruCache<String, Arc<tokio::sync::Mutex<Chunk>>>>,
     legacy_headers: bool,
+    /// The share of requests whose decisions are logged (admissions without the store and
+    /// shadow refusals always are).
+    log_sample: f64,
     // Connections of their own for routes with a `durable` rule, taken in turn: the server
     // blocks a connection while its WAIT waits, and the other routes must not queue behind it.
     durable: Vec<Rl<C>>,
@@ -166,9 +169,22 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN),
             )),
             legacy_headers: false,
+            log_sample: DEFAULT_LOG_SAMPLE,
             durable: Vec::new(),
             next_durable: AtomicUsize::new(0),
         }
+    }
+
+    /// Logs the decisions of this share of requests (0 to 1; 1 % by default) as `tracing`
+    /// events of target [`DECISION_LOG`]. Admissions without the store (`allow`) and shadow
+    /// refusals are logged every time.
+    pub fn with_decision_log_sample(mut self, share: f64) -> Gateway<C> {
+        self.log_sample = if share.is_nan() {
+            0.0
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        self
     }
 
     /// Sends the store calls of routes with a `durable` rule, and their `WAIT`, on these
@@ -244,6 +260,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             route_name: &route_name,
             keyed: &keyed,
             has_user: user.is_some(),
+            sampled: self.log_sample > 0.0 && fastrand::f64() < self.log_sample,
         };
 
         if let Some(verdict) = self.refuse_cached(&ctx) {
@@ -581,6 +598,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 rule: &k.rule.name,
                 outcome,
             });
+            log_decision(ctx, &k.rule.name, outcome);
         }
     }
 
@@ -599,6 +617,37 @@ struct Context<'a> {
     route_name: &'a str,
     keyed: &'a [Keyed],
     has_user: bool,
+    /// Whether this request's decisions are in the sampled decision log.
+    sampled: bool,
+}
+
+/// The `tracing` target of decision logs.
+pub const DECISION_LOG: &str = "redis_rl_client::decision";
+
+const DEFAULT_LOG_SAMPLE: f64 = 0.01;
+
+/// A decision log entry (`CLIENTS.md` section 6): the route, the rule, the policy version and
+/// the outcome, never a key or an identity (keys are rendered from them).
+fn log_decision(ctx: &Context<'_>, rule: &str, outcome: Outcome) {
+    let (route, policy_version, name) = (ctx.route_name, ctx.policy.version, outcome.name());
+    match outcome {
+        Outcome::OpenAdmit => tracing::warn!(
+            target: DECISION_LOG,
+            route, rule, policy_version, outcome = name,
+            "admitted without the store"
+        ),
+        Outcome::ShadowRefuse => tracing::info!(
+            target: DECISION_LOG,
+            route, rule, policy_version, outcome = name,
+            "a shadow rule would have refused"
+        ),
+        _ if ctx.sampled => tracing::info!(
+            target: DECISION_LOG,
+            route, rule, policy_version, outcome = name,
+            "decision"
+        ),
+        _ => {}
+    }
 }
 
 /// The cluster slot of a key (CRC16 with the hash-tag rule), which a single server ignores.

@@ -1,0 +1,119 @@
+//! Decision logs: a sample of decisions, every shadow refusal and every admission without the
+//! store, carrying route, rule, policy version and outcome, never a key or an identity.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+
+use common::{Server, TempFile};
+use http::HeaderMap;
+use redis_rl_client::gateway::{Decision, RequestParts};
+use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::{Gateway, Rl};
+
+const POLICY: &str = r#"{
+  "version": 4,
+  "identity": {"user": "x-user"},
+  "rules": {
+    "user":  {"key": "user:${user}", "limit": 2, "period": "1h"},
+    "probe": {"key": "probe:${user}", "limit": 1, "period": "1h", "shadow": true}
+  },
+  "routes": [
+    {"method": "GET", "path": "/a", "rules": ["user", "probe"], "on_store_error": {"mode": "allow"}}
+  ],
+  "store": {"timeout": "200ms", "breaker": {"failures": 100, "open": "1s"}}
+}"#;
+
+/// What the `fmt` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<String> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_string).collect()
+    }
+}
+
+async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> Decision {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-user", "ann-4711".parse().unwrap());
+    let parts = RequestParts {
+        method: "GET",
+        path: "/a",
+        headers: &headers,
+        peer: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        caller: None,
+    };
+    gateway.decide(&parts).await.0.decision
+}
+
+// One thread, so the subscriber set for the test sees every event of the gateway.
+#[tokio::test(flavor = "current_thread")]
+async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_logged() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let server = Server::start();
+    let policy = TempFile::new("logs.json", POLICY);
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+    let rl = Rl::new(client.get_multiplexed_async_connection().await.unwrap());
+    let store = || PolicyStore::load_file(&policy.0).unwrap();
+    let all = Gateway::new(rl.clone(), store(), Arc::default()).with_decision_log_sample(1.0);
+    let none = Gateway::new(rl, store(), Arc::default()).with_decision_log_sample(0.0);
+
+    // Sampled: the first request is admitted, and so by its shadow rule (1 per hour).
+    assert_eq!(decide(&all).await, Decision::Admit);
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    for part in [
+        "redis_rl_client::decision",
+        "decision",
+        r#"route="GET /a""#,
+        r#"rule="user""#,
+        "policy_version=4",
+        r#"outcome="admit""#,
+    ] {
+        assert!(lines[0].contains(part), "{part} missing from {}", lines[0]);
+    }
+    // Not sampled: the second is admitted, unlogged, but its shadow rule's refusal is logged.
+    assert_eq!(decide(&none).await, Decision::Admit);
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[1].contains("a shadow rule would have refused"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].contains(r#"rule="probe""#), "{}", lines[1]);
+
+    // The store gone, the route allows: logged every time, as a warning.
+    drop(server);
+    assert_eq!(decide(&none).await, Decision::Unavailable);
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[2].contains("WARN"), "{}", lines[2]);
+    assert!(lines[2].contains(r#"outcome="open_admit""#), "{}", lines[2]);
+    // Keys and identities never appear.
+    assert!(lines.iter().all(|l| !l.contains("ann-4711")), "{lines:?}");
+}

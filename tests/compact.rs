@@ -1,6 +1,8 @@
-//! The two shapes of a key's value: a gcra key without reservations is a 16-byte compact value
-//! naming an interned rule, anything else a boxed limiter. A key moves between them as commands
-//! change it; whatever the shape, replies, persistence and replication are those of one value.
+//! The three shapes of a key's value: a gcra key without reservations is a 16-byte compact value
+//! naming an interned rule, a gcra key with a few reservations that compact value and its
+//! reservations in one allocation, anything else a boxed limiter. A key moves between them as
+//! commands change it; whatever the shape, replies, persistence and replication are those of
+//! one value.
 
 mod common;
 use common::*;
@@ -25,16 +27,23 @@ fn settle(c: &mut Connection, key: &str, id: &str, actual: u64) {
 }
 
 #[test]
-fn a_gcra_key_is_48_bytes_smaller_than_a_boxed_one() {
+fn a_gcra_key_is_48_bytes_smaller_than_a_boxed_one_and_keeps_few_reservations_beside() {
     let server = Server::start();
     let mut c = server.conn();
     admit(&mut c, "g 10 1h");
     admit(&mut c, "b 10 1h ALGO bucket");
     // Same key length, same expiry: only the value differs (16 bytes against 64).
     assert_eq!(usage(&mut c, "b") - usage(&mut c, "g"), 48);
-    // Reservations need the boxed limiter.
+    // A few reservations live beside the compact value, in one allocation: with one, 112 bytes
+    // in place of 16 (a boxed limiter would add its 64 and a second allocation of 96).
+    let compact = usage(&mut c, "g");
     admit(&mut c, "g 10 1h RESERVE r1");
-    assert!(usage(&mut c, "g") > usage(&mut c, "b"));
+    assert_eq!(usage(&mut c, "g") - compact, 96);
+    // Settled, it keeps that shape, a second reservation beside the first.
+    settle(&mut c, "g", "r1", 1);
+    assert_eq!(usage(&mut c, "g") - compact, 96);
+    admit(&mut c, "g 10 1h RESERVE r2");
+    assert!(usage(&mut c, "g") - compact > 96);
 }
 
 fn rules_in_use(c: &mut Connection) -> String {

@@ -56,6 +56,11 @@ impl<V> Entries<V> {
         self.len() == 0
     }
 
+    /// True while the entries are in the small sorted array (not yet in the trees).
+    pub fn is_few(&self) -> bool {
+        matches!(self, Entries::Few(_))
+    }
+
     /// The expiry and value kept under `id`, expired or not.
     pub fn get(&self, id: &[u8]) -> Option<(u64, &V)> {
         match self {
@@ -282,7 +287,7 @@ impl<V> Entries<V> {
 
 /// What the allocator (jemalloc, Redis's) hands out for `size` bytes: its size classes are
 /// multiples of 16 up to 128, then four per doubling.
-fn allocated(size: usize) -> usize {
+pub fn allocated(size: usize) -> usize {
     match size {
         0 => 0,
         1..=8 => 8,

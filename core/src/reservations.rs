@@ -141,6 +141,11 @@ impl Reservations {
         self.by_id.is_empty()
     }
 
+    /// True while they are few enough to be kept in one small array (see `entries`).
+    pub fn is_few(&self) -> bool {
+        self.by_id.is_few()
+    }
+
     /// Why no admission on a clock before `horizon_us` could have made one of these: forgotten
     /// too late, or full too late.
     pub(crate) fn ahead(&self, horizon_us: u64) -> Option<&'static str> {
@@ -184,6 +189,11 @@ impl Limiter {
 
     pub fn reservations(&self) -> Option<&Reservations> {
         self.reservations.as_deref()
+    }
+
+    /// Takes the reservations out, leaving a limiter without any (a valid state).
+    pub fn take_reservations(&mut self) -> Option<Reservations> {
+        self.reservations.take().map(|r| *r)
     }
 
     /// `RESERVE id`: admits `cost` as an estimate and remembers the decision under `id` until

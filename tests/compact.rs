@@ -44,6 +44,15 @@ fn a_gcra_key_is_48_bytes_smaller_than_a_boxed_one_and_keeps_few_reservations_be
     assert_eq!(usage(&mut c, "g") - compact, 96);
     admit(&mut c, "g 10 1h RESERVE r2");
     assert!(usage(&mut c, "g") - compact > 96);
+    // Another rule moves the key to a new value: its reservations go along.
+    admit(&mut c, "g 20 1h");
+    let settled: Vec<i64> = cmd("RL.SETTLE")
+        .arg("g")
+        .arg("r2")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(settled.len(), 2, "r2 was kept: {settled:?}");
 }
 
 fn rules_in_use(c: &mut Connection) -> String {

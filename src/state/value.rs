@@ -83,13 +83,17 @@ impl Compact {
             return None;
         }
         let tat = packable_tat(limiter)?;
+        Some(Compact::new(rules::intern(*limiter.rule())?, tat))
+    }
+
+    fn new(rule: RuleRef, tat: u128) -> Compact {
         let mut compact = Compact {
-            rule: rules::intern(*limiter.rule())?,
+            rule,
             tat_high: 0,
             tat_low: 0,
         };
         compact.set_tat(tat);
-        Some(compact)
+        compact
     }
 
     fn tat(&self) -> i128 {
@@ -136,14 +140,8 @@ impl Reserved {
         let Some(reservations) = limiter.take_reservations() else {
             return Err(limiter);
         };
-        let mut compact = Compact {
-            rule,
-            tat_high: 0,
-            tat_low: 0,
-        };
-        compact.set_tat(tat);
         Ok(Reserved {
-            compact,
+            compact: Compact::new(rule, tat),
             reservations,
         })
     }
@@ -343,19 +341,18 @@ impl Held<'_> {
                 mut limiter,
                 rule,
             } => {
+                // Same rule, still a few reservations: written back in place.
                 let few = limiter.reservations().is_some_and(Reservations::is_few);
-                match packable_tat(&limiter) {
-                    // Same rule, still a few reservations: written back in place.
-                    Some(tat) if few && *limiter.rule() == rule => {
-                        if let Some(reservations) = limiter.take_reservations() {
-                            reserved.compact.set_tat(tat);
-                            reserved.reservations = reservations;
-                            return;
-                        }
-                        replace(key, into_raw(limiter));
+                let tat = packable_tat(&limiter).filter(|_| few && *limiter.rule() == rule);
+                if let Some(tat) = tat {
+                    // `few` says they are there to take.
+                    if let Some(reservations) = limiter.take_reservations() {
+                        reserved.compact.set_tat(tat);
+                        reserved.reservations = reservations;
+                        return;
                     }
-                    _ => replace(key, into_raw(limiter)),
                 }
+                replace(key, into_raw(limiter));
             }
             // A boxed gcra limiter whose reservations went, or are few again, packs now.
             Held::Boxed { key, limiter } => {

@@ -45,6 +45,7 @@ pub enum WhenUnavailable {
     Allow,
 }
 
+#[derive(Clone)]
 struct Limit<C> {
     rl: Rl<C>,
     name: String,
@@ -112,35 +113,21 @@ impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
         })
     }
 
-    fn with(self, change: impl FnOnce(&mut Limit<C>)) -> ConcurrencyLimitLayer<C> {
-        let mut limit = match Arc::try_unwrap(self.limit) {
-            Ok(limit) => limit,
-            Err(shared) => Limit {
-                rl: shared.rl.clone(),
-                name: shared.name.clone(),
-                key: Arc::clone(&shared.key),
-                metrics: Arc::clone(&shared.metrics),
-                ..*shared
-            },
-        };
-        change(&mut limit);
-        ConcurrencyLimitLayer {
-            limit: Arc::new(limit),
-        }
-    }
-
     /// The deadline of each `RL.ACQUIRE`.
-    pub fn timeout(self, timeout: Duration) -> ConcurrencyLimitLayer<C> {
-        self.with(|l| l.timeout = timeout)
+    pub fn timeout(mut self, timeout: Duration) -> ConcurrencyLimitLayer<C> {
+        Arc::make_mut(&mut self.limit).timeout = timeout;
+        self
     }
 
-    pub fn when_unavailable(self, mode: WhenUnavailable) -> ConcurrencyLimitLayer<C> {
-        self.with(|l| l.unavailable = mode)
+    pub fn when_unavailable(mut self, mode: WhenUnavailable) -> ConcurrencyLimitLayer<C> {
+        Arc::make_mut(&mut self.limit).unavailable = mode;
+        self
     }
 
     /// Counts decisions (route and rule are both the limit's name) and store calls here.
-    pub fn metrics(self, metrics: Arc<Metrics>) -> ConcurrencyLimitLayer<C> {
-        self.with(|l| l.metrics = metrics)
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> ConcurrencyLimitLayer<C> {
+        Arc::make_mut(&mut self.limit).metrics = metrics;
+        self
     }
 }
 
@@ -289,7 +276,7 @@ impl<C: RlConnection + 'static> Limit<C> {
             verdict.outcome = Some(Outcome::Refuse);
             verdict.status = Some(429);
             verdict.problem = Some(problem::too_many_requests(&[self.name.as_str()]));
-            let wait = lease.retry_after_ms.div_ceil(1000).max(1);
+            let wait = headers::retry_after_seconds(lease.retry_after_ms, 0.0, 0.0).max(1);
             verdict.headers.push((RETRY_AFTER, wait.to_string()));
             return (verdict, None);
         }

@@ -70,6 +70,12 @@ pub fn server_binary() -> String {
     std::env::var("RL_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
+/// `RL_MODE=script`: servers start without the module, so a client's suite runs in its script
+/// mode (`clients/SPEC.md` section 5) against `clients/scripts/rl.lua`.
+pub fn script_mode() -> bool {
+    std::env::var("RL_MODE").is_ok_and(|mode| mode == "script")
+}
+
 /// True when the suite runs against Valkey (some replies differ in wording).
 pub fn is_valkey() -> bool {
     server_binary().contains("valkey")
@@ -122,6 +128,7 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     extra: Vec<String>,
+    module: bool,
 }
 
 impl Server {
@@ -133,6 +140,14 @@ impl Server {
     /// follow `--loadmodule librl.so` directly, so they are module arguments.
     pub fn start_with(extra: &[&str]) -> Server {
         let mut server = Server::unstarted(extra);
+        server.boot(false);
+        server
+    }
+
+    /// Starts a server without the module, whatever `RL_MODE` says.
+    pub fn start_plain(extra: &[&str]) -> Server {
+        let mut server = Server::unstarted(extra);
+        server.module = false;
         server.boot(false);
         server
     }
@@ -168,6 +183,7 @@ impl Server {
             port: 0,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            module: !script_mode(),
         }
     }
 
@@ -203,9 +219,11 @@ impl Server {
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
-            .arg(self.dir.join("server.log"))
-            .arg("--loadmodule")
-            .arg(module_path())
+            .arg(self.dir.join("server.log"));
+        if self.module {
+            command.arg("--loadmodule").arg(module_path());
+        }
+        command
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -337,6 +355,12 @@ impl Server {
         }
         self.extra.extend(extra.iter().map(|s| s.to_string()));
         self.boot(true);
+    }
+
+    /// Whether the next restart loads the module: a server that gains or loses it, as one
+    /// does when an operator loads the module into a server that ran the scripts.
+    pub fn with_module_on_restart(&mut self, module: bool) {
+        self.module = module;
     }
 
     /// Kills the server with SIGKILL (no save, no last flush: only what it had already written

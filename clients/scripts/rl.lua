@@ -1,0 +1,938 @@
+-- redis-rl's commands as one script, for servers that cannot load the module.
+--
+--   EVALSHA <sha1 of this file> M k1 .. kM NAME arg1 .. argN
+--
+-- NAME is the module's command (RL.ADMIT, RL.MULTI, ...) and arg1..argN its own arguments, keys
+-- in their places (clients/SPEC.md section 5). The replies and error texts are the module's
+-- (commands.md); the differences are listed in clients/scripts/README.md.
+--
+-- Lua numbers are doubles: integers are exact below 2^53 only. Every argument is bounded below
+-- 2^50 (10^15 units, 3650 days in microseconds), the clock is about 2^51 microseconds, and the
+-- module's products (units times microseconds, up to 2^100) are never formed: a rate level is
+-- kept as whole tokens plus ticks of a token (1/period of one), and a product whose quotient
+-- is bounded is divided exactly by muldiv below.
+
+local MAX_COUNT = 1000000000000000
+local MS, S = 1000, 1000000
+local M, H = 60 * S, 3600 * S
+local D = 24 * H
+local MAX_PERIOD_US = 3650 * D
+local MAX_KEEP_US = 7 * D
+local DEFAULT_KEEP_US = H
+local MAX_TTL_US = D
+local MAX_LOG_LIMIT = 10000
+local MAX_SEMAPHORE = 100000
+local MAX_ID_LEN = 256
+local MAX_RESERVATIONS = 10000
+local BIG = 4503599627370496 -- 2^52: quotients at or above it are "too large" (saturate)
+
+local floor = math.floor
+local format = string.format
+
+local function int(n)
+  return format('%.0f', n)
+end
+
+-- Refusals travel as a table through error() to the one pcall in the entry point.
+local function fail(msg)
+  error({ msg }, 0)
+end
+
+-- q, r with a = q * c + r, 0 <= r < c, for 0 <= a < 2^53 and c > 0.
+local function divmod(a, c)
+  local q = floor(a / c)
+  local r = a - q * c
+  if r < 0 then
+    q, r = q - 1, r + c
+  elseif r >= c then
+    q, r = q + 1, r - c
+  end
+  return q, r
+end
+
+-- q, r with a * b = q * c + r, 0 <= r < c, for 0 <= a, b < 2^53 and 0 < c < 2^51, by doubling
+-- over a's bits so no intermediate exceeds 2^53. A quotient of 2^52 or more is returned as BIG
+-- (r 0): callers only compare it or saturate with it.
+local function muldiv(a, b, c)
+  local p = a * b
+  if p < BIG then
+    return divmod(p, c)
+  end
+  local qb, rb = divmod(b, c)
+  local bits, n = {}, 0
+  while a > 0 do
+    local h = floor(a / 2)
+    n = n + 1
+    bits[n] = a - 2 * h
+    a = h
+  end
+  local q, r = 0, 0
+  for i = n, 1, -1 do
+    q, r = 2 * q, 2 * r
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if bits[i] == 1 then
+      q, r = q + qb, r + rb
+      if r >= c then
+        q, r = q + 1, r - c
+      end
+    end
+    if q >= BIG then
+      return BIG, 0
+    end
+  end
+  return q, r
+end
+
+local function ceil_muldiv(a, b, c)
+  local q, r = muldiv(a, b, c)
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
+-- a * b compared with c * d (all below 2^53), exactly: -1, 0 or 1.
+local function cmp_products(a, b, c, d)
+  if a == 0 or b == 0 then
+    return (c == 0 or d == 0) and 0 or -1
+  end
+  -- a * b <= c * d  <=>  floor(a * b / d) < c, or == c with no remainder.
+  local q, r = muldiv(a, b, d)
+  if q < c then
+    return -1
+  elseif q > c then
+    return 1
+  end
+  return r > 0 and 1 or 0
+end
+
+---------------------------------------------------------------------------------------------
+-- Argument parsing, with the module's error texts (core/src/parse.rs, core/src/error.rs).
+
+local function printable(s)
+  local out = {}
+  for i = 1, math.min(#s, 64) do
+    local b = s:byte(i)
+    if b >= 32 and b <= 126 then
+      out[#out + 1] = string.char(b)
+    else
+      out[#out + 1] = format('\\x%02x', b)
+    end
+  end
+  if #s > 64 then
+    out[#out + 1] = '...'
+  end
+  return table.concat(out)
+end
+
+local function range_error(arg, min, max)
+  fail('ERR ' .. arg .. ' must be in the range [' .. int(min) .. ', ' .. int(max) .. ']')
+end
+
+-- A non-negative decimal integer; nil and the kind of failure ('integer' or 'range') if not.
+local function parse_u64(s)
+  if #s == 0 then
+    return nil, 'integer'
+  end
+  if #s > 19 then
+    return nil, s:find('[^0-9]') and 'integer' or 'range'
+  end
+  local bad = s:find('[^0-9]')
+  if bad then
+    if s:sub(bad, bad) == '-' and #s > 1 then
+      return nil, 'range'
+    end
+    return nil, 'integer'
+  end
+  local v = tonumber(s)
+  -- Above 9223372036854775807 (i64::MAX): only the size matters, so the double is enough.
+  if v > 9223372036854775000 and (#s == 19 and s > '9223372036854775807') then
+    return nil, 'range'
+  end
+  return v
+end
+
+local function parse_count(s, arg, min, max)
+  local v, why = parse_u64(s)
+  if v == nil then
+    if why == 'range' then
+      range_error(arg, min, max)
+    end
+    fail('ERR ' .. arg .. ' must be an integer')
+  end
+  if v < min or v > max then
+    range_error(arg, min, max)
+  end
+  return v
+end
+
+local UNITS = { ms = MS, s = S, m = M, h = H, d = D }
+
+local function parse_duration(s, arg, max_us, max_text)
+  local digits = s:match('^[0-9]*')
+  local unit = s:sub(#digits + 1)
+  if unit == '' then
+    if #digits > 0 then
+      fail('ERR ' .. arg .. ' needs a unit: add ms, s, m, h or d (for example 10s)')
+    end
+    fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
+  end
+  local scale = UNITS[unit:lower()]
+  if scale == nil or #digits == 0 then
+    fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
+  end
+  local n = parse_u64(digits)
+  if n == nil or n * scale < MS or n * scale > max_us then
+    fail('ERR ' .. arg .. ' must be between 1ms and ' .. max_text)
+  end
+  return n * scale
+end
+
+local function parse_id(s, what)
+  if #s == 0 or #s > MAX_ID_LEN then
+    fail('ERR ' .. what .. ' must be 1 to 256 bytes')
+  end
+  return s
+end
+
+local function is(token, name)
+  return token:upper() == name
+end
+
+local ALGOS = { 'gcra', 'bucket', 'window', 'sliding', 'log' }
+local FAMILY = { gcra = 'rate', bucket = 'rate', window = 'window', sliding = 'window',
+  log = 'log', semaphore = 'semaphore' }
+
+local function parse_algo(s)
+  local lower = s:lower()
+  for _, a in ipairs(ALGOS) do
+    if lower == a then
+      return a
+    end
+  end
+  fail('ERR ALGO must be one of gcra, bucket, window, sliding, log (got \'' .. printable(s) .. '\')')
+end
+
+-- Takes BURST, COST or ALGO at args[i] into opts; returns the arguments it took (0: not one).
+local function take_rule_option(opts, args, i)
+  local token = args[i]
+  local field
+  if is(token, 'BURST') then
+    field = 'burst'
+  elseif is(token, 'COST') then
+    field = 'cost'
+  elseif is(token, 'ALGO') then
+    field = 'algo'
+  else
+    return 0
+  end
+  local name = token:upper()
+  local value = args[i + 1]
+  if value == nil then
+    fail('ERR ' .. name .. ' needs a value')
+  end
+  local v
+  if field == 'algo' then
+    v = parse_algo(value)
+  else
+    v = parse_count(value, name, 1, MAX_COUNT)
+  end
+  if opts[field] ~= nil then
+    fail('ERR ' .. name .. ' given more than once')
+  end
+  opts[field] = v
+  return 2
+end
+
+-- The validated rule { algo, limit, period, burst } and the cost (core/src/rule.rs Rule::new).
+local function build_rule(opts, limit_s, period_s)
+  local algo = opts.algo or 'gcra'
+  local limit = parse_count(limit_s, 'limit', 1, MAX_COUNT)
+  local period = parse_duration(period_s, 'period', MAX_PERIOD_US, '3650d')
+  if algo == 'log' and limit > MAX_LOG_LIMIT then
+    range_error('limit', 1, MAX_LOG_LIMIT)
+  end
+  local burst = limit
+  if opts.burst ~= nil then
+    if FAMILY[algo] ~= 'rate' then
+      fail('ERR BURST is not allowed with ALGO ' .. algo)
+    end
+    burst = opts.burst
+  end
+  if cmp_products(burst, period, MAX_PERIOD_US, limit) > 0 then
+    fail('ERR capacity / limit * period (the time to refill the capacity) must be at most 3650d')
+  end
+  local cost = opts.cost or 1
+  if cost > burst then
+    fail('ERR COST ' .. int(cost) .. ' exceeds the capacity ' .. int(burst)
+      .. ': such a request could never be admitted')
+  end
+  return { algo = algo, limit = limit, period = period, burst = burst }, cost
+end
+
+local function arity(name)
+  fail('ERR wrong number of arguments for \'' .. name .. '\' command')
+end
+
+---------------------------------------------------------------------------------------------
+-- Rate levels (gcra and bucket): whole tokens w plus t ticks, 0 <= t < period, where a token is
+-- `period` ticks and the steady rate adds `limit` ticks a microsecond (core/src/rate.rs).
+
+local function lnorm(w, t, p)
+  if t >= p then
+    return w + 1, t - p
+  elseif t < 0 then
+    return w - 1, t + p
+  end
+  return w, t
+end
+
+local function lless(w1, t1, w2, t2)
+  return w1 < w2 or (w1 == w2 and t1 < t2)
+end
+
+-- Microseconds for the rate to produce w tokens and t ticks (rounded up; 0 when not positive).
+local function ticks_to_us(rule, w, t)
+  if w < 0 or (w == 0 and t == 0) then
+    return 0
+  end
+  local q, r = muldiv(w, rule.period, rule.limit)
+  local q2, r2 = divmod(t, rule.limit)
+  q, r = q + q2, r + r2
+  if r >= rule.limit then
+    q, r = q + 1, r - rule.limit
+  end
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
+-- The tokens and ticks the rate adds in `us` microseconds, capped at twice the capacity.
+local function refill(rule, us)
+  local w, t = muldiv(us, rule.limit, rule.period)
+  if w >= 2 * rule.burst then
+    return 2 * rule.burst, 0
+  end
+  return w, t
+end
+
+-- A level under rule `from` in rule `to`'s units: whole tokens kept, the fraction rescaled
+-- (rounded down), clamped to the new capacity and debt floor (rate::convert).
+local function convert(w, t, from, to)
+  if from.period ~= to.period then
+    t = muldiv(t, to.period, from.period)
+  end
+  if w >= to.burst then
+    return to.burst, 0
+  elseif w < -to.burst then
+    return -to.burst, 0
+  end
+  return w, t
+end
+
+-- A gcra TAT is kept as q microseconds plus f ticks of the rate (TAT = q * limit + f ticks in
+-- the module's terms, 0 <= f < limit).
+local function gcra_level(rule, tq, tf, now)
+  local dq = tq - now
+  if dq < 0 or (dq == 0 and tf == 0) then
+    return rule.burst, 0
+  end
+  -- dq * limit + tf ticks, in tokens and ticks of a token.
+  local w, t = muldiv(dq, rule.limit, rule.period)
+  local w2, t2 = divmod(tf, rule.period)
+  w, t = lnorm(w + w2, t + t2, rule.period)
+  return lnorm(rule.burst - w, -t, rule.period)
+end
+
+-- The TAT holding level (w, t) at `now`: now * limit + capacity - level, as (q, f).
+local function gcra_tat(rule, w, t, now)
+  local mw, mt = lnorm(rule.burst - w, -t, rule.period)
+  local q, f = muldiv(mw, rule.period, rule.limit)
+  local q2, f2 = divmod(mt, rule.limit)
+  q, f = q + q2, f + f2
+  if f >= rule.limit then
+    q, f = q + 1, f - rule.limit
+  end
+  return now + q, f
+end
+
+local function gcra_full_at(tq, tf)
+  return tf > 0 and tq + 1 or tq
+end
+
+-- The earliest instant this TAT can have been written: TAT - 2 * capacity, in microseconds.
+local function gcra_time_floor(rule, tq, tf)
+  local q, f = muldiv(2 * rule.burst, rule.period, rule.limit)
+  local wq, wf = tq - q, tf - f
+  if wf < 0 then
+    wq, wf = wq - 1, wf + rule.limit
+  end
+  if wq < 0 then
+    return 0
+  end
+  return wf > 0 and wq + 1 or wq
+end
+
+---------------------------------------------------------------------------------------------
+-- Keys: one hash per limiter (fields a: algo, l: limit, p: period in us, b: capacity, x y z:
+-- the algorithm's state), and r:<id> fields for reservations, h:<holder> for leases.
+
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * S + tonumber(t[2])
+end
+
+-- The stored limiter: nil for an absent key; a WRONGTYPE refusal for another type.
+local function load(key)
+  local kind = redis.call('TYPE', key)
+  kind = kind.ok or kind
+  if kind == 'none' then
+    return nil
+  elseif kind ~= 'hash' then
+    fail(WRONGTYPE)
+  end
+  local v = redis.call('HMGET', key, 'a', 'l', 'p', 'b', 'x', 'y', 'z', 'ru')
+  if not v[1] or not FAMILY[v[1]] then
+    fail(WRONGTYPE)
+  end
+  local l = {
+    algo = v[1],
+    rule = { algo = v[1], limit = tonumber(v[2]), period = tonumber(v[3]), burst = tonumber(v[4]) },
+    ru = tonumber(v[8]) or 0,
+  }
+  local a = v[1]
+  if a == 'gcra' then
+    l.tq, l.tf = tonumber(v[5]), tonumber(v[6])
+  elseif a == 'bucket' then
+    l.u, l.w, l.t = tonumber(v[5]), tonumber(v[6]), tonumber(v[7])
+  elseif a == 'window' then
+    l.start, l.count = tonumber(v[5]), tonumber(v[6])
+  elseif a == 'sliding' then
+    l.start, l.prev, l.cur = tonumber(v[5]), tonumber(v[6]), tonumber(v[7])
+  elseif a == 'log' then
+    l.entries = {}
+    for at, cost in string.gmatch(v[5] or '', '(%d+):(%d+)') do
+      l.entries[#l.entries + 1] = { tonumber(at), tonumber(cost) }
+    end
+  elseif a == 'semaphore' then
+    l.seq = tonumber(v[5]) or 0
+  end
+  return l
+end
+
+-- An absent key under `rule` (Limiter::new).
+local function fresh(rule)
+  local a = rule.algo
+  local l = { algo = a, rule = rule, ru = 0, fresh = true }
+  if a == 'gcra' then
+    l.tq, l.tf = 0, 0
+  elseif a == 'bucket' then
+    l.u, l.w, l.t = 0, rule.burst, 0
+  elseif a == 'window' then
+    l.start, l.count = 0, 0
+  elseif a == 'sliding' then
+    l.start, l.prev, l.cur = 0, 0, 0
+  elseif a == 'log' then
+    l.entries = {}
+  elseif a == 'semaphore' then
+    l.seq = 0
+  end
+  return l
+end
+
+local function time_floor(l)
+  local a = l.algo
+  if a == 'gcra' then
+    return gcra_time_floor(l.rule, l.tq, l.tf)
+  elseif a == 'bucket' then
+    return l.u
+  elseif a == 'window' or a == 'sliding' then
+    return l.start
+  elseif a == 'log' then
+    local e = l.entries[#l.entries]
+    return e and e[1] or 0
+  end
+  return 0
+end
+
+-- A rate key's level at `now` under its own rule.
+local function level_at(l, now)
+  if l.algo == 'gcra' then
+    return gcra_level(l.rule, l.tq, l.tf, now)
+  end
+  local elapsed = now - l.u
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  local rw, rt = refill(l.rule, elapsed)
+  local w, t = lnorm(l.w + rw, l.t + rt, l.rule.period)
+  if w >= l.rule.burst then
+    return l.rule.burst, 0
+  end
+  return w, t
+end
+
+-- Sets a rate key (of algo) to level (w, t) at `now` under `rule` (Limiter::store).
+local function set_level(l, algo, rule, w, t, now)
+  if algo == 'bucket' then
+    local u = now
+    if l.algo == 'bucket' and l.u > now then
+      u = l.u
+    end
+    l.u, l.w, l.t = u, w, t
+    l.tq, l.tf = nil, nil
+  else
+    l.tq, l.tf = gcra_tat(rule, w, t, now)
+    l.u, l.w, l.t = nil, nil, nil
+  end
+  l.algo, l.rule = algo, rule
+end
+
+local function window_start(now, period)
+  local _, r = divmod(now, period)
+  return now - r
+end
+
+local function log_full_at(l, rule)
+  local e = l.entries[#l.entries]
+  return e and e[1] + rule.period or 0
+end
+
+local function sliding_full_at(l, rule)
+  if l.cur > 0 then
+    return l.start + 2 * rule.period
+  elseif l.prev > 0 then
+    return l.start + rule.period
+  end
+  return l.start
+end
+
+local function full_at_us(l)
+  local a, rule = l.algo, l.rule
+  local at
+  if a == 'gcra' then
+    at = gcra_full_at(l.tq, l.tf)
+  elseif a == 'bucket' then
+    local mw, mt = lnorm(rule.burst - l.w, -l.t, rule.period)
+    at = l.u + ticks_to_us(rule, mw, mt)
+  elseif a == 'window' then
+    at = l.start + rule.period
+  elseif a == 'sliding' then
+    at = sliding_full_at(l, rule)
+  elseif a == 'log' then
+    at = log_full_at(l, rule)
+  else
+    at = l.until_us or 0
+  end
+  return math.max(at, l.ru)
+end
+
+-- Writes the limiter's state and its expiry (when it is full again, or its last reservation
+-- is forgotten).
+local function save(key, l)
+  local a, rule = l.algo, l.rule
+  local x, y, z = '', '', ''
+  if a == 'gcra' then
+    x, y = int(l.tq), int(l.tf)
+  elseif a == 'bucket' then
+    x, y, z = int(l.u), int(l.w), int(l.t)
+  elseif a == 'window' then
+    x, y = int(l.start), int(l.count)
+  elseif a == 'sliding' then
+    x, y, z = int(l.start), int(l.prev), int(l.cur)
+  elseif a == 'log' then
+    local parts = {}
+    for i, e in ipairs(l.entries) do
+      parts[i] = int(e[1]) .. ':' .. int(e[2])
+    end
+    x = table.concat(parts, ' ')
+  elseif a == 'semaphore' then
+    x = int(l.seq)
+  end
+  redis.call('HSET', key, 'a', a, 'l', int(rule.limit), 'p', int(rule.period),
+    'b', int(rule.burst), 'x', x, 'y', y, 'z', z)
+  local ms, r = divmod(full_at_us(l), MS)
+  if r > 0 then
+    ms = ms + 1
+  end
+  redis.call('PEXPIREAT', key, int(ms))
+end
+
+local function mismatch(stored, asked)
+  fail('ERR key holds an ALGO ' .. stored .. ' limiter, not ' .. asked
+    .. ': use another key, or DEL this one to change the algorithm')
+end
+
+---------------------------------------------------------------------------------------------
+-- Decisions (core/src/limiter.rs decide_at). Each returns the decision
+-- { allowed, remaining, retry (us), reset (us), capacity } and a function that spends it.
+
+local function decide_rate(l, rule, cost, now)
+  local w, t = level_at(l, now)
+  w, t = convert(w, t, l.rule, rule)
+  local p = rule.period
+  local allowed = w >= cost
+  local aw = allowed and w - cost or w
+  local d = { allowed = allowed, capacity = rule.burst, retry = 0 }
+  d.remaining = aw > 0 and aw or 0
+  if not allowed then
+    local nw, nt = lnorm(cost - w, -t, p)
+    d.retry = ticks_to_us(rule, nw, nt)
+  end
+  local mw, mt = lnorm(rule.burst - aw, -t, p)
+  d.reset = ticks_to_us(rule, mw, mt)
+  return d, function()
+    set_level(l, rule.algo, rule, aw, t, now)
+  end
+end
+
+local function decide_window(l, rule, cost, now)
+  local algo = rule.algo
+  -- The counts that still count under the stored rule, rolled into rule's window of now.
+  local start = window_start(math.max(now, l.start), rule.period)
+  local prev, cur
+  if l.algo == 'window' then
+    local live = now < l.start + l.rule.period
+    prev, cur = 0, live and l.count or 0
+  else
+    local s = window_start(math.max(now, l.start), l.rule.period)
+    if l.start == s then
+      prev, cur = l.prev, l.cur
+    elseif l.start + l.rule.period == s then
+      prev, cur = l.cur, 0
+    else
+      prev, cur = 0, 0
+    end
+  end
+  local state_start = start
+  now = math.max(now, state_start)
+  if algo == 'window' then
+    -- Fixed::decide: a stored window that is not now's counts nothing.
+    local ws = window_start(now, rule.period)
+    local count = (state_start == ws) and cur or 0
+    local allowed = count + cost <= rule.limit
+    local after = allowed and count + cost or count
+    local to_end = ws + rule.period - now
+    local d = {
+      allowed = allowed, remaining = rule.limit - after, capacity = rule.limit,
+      retry = allowed and 0 or to_end, reset = after == 0 and 0 or to_end,
+    }
+    return d, function()
+      l.algo, l.rule, l.start, l.count = algo, rule, ws, after
+      l.prev, l.cur = nil, nil
+    end
+  end
+  -- Sliding::decide, on the rolled counts.
+  local period = rule.period
+  local s = window_start(now, period)
+  if state_start ~= s then
+    if state_start + period == s then
+      prev, cur = cur, 0
+    else
+      prev, cur = 0, 0
+    end
+  end
+  local elapsed = now - s
+  -- The weight of previous, previous * (period - elapsed) / period, rounded up.
+  local weight = ceil_muldiv(prev, period - elapsed, period)
+  local allowed = cur + cost + weight <= rule.limit
+  local after = allowed and cur + cost or cur
+  local spare = rule.limit - after - weight
+  local d = { allowed = allowed, remaining = spare > 0 and spare or 0, capacity = rule.limit }
+  local full = after > 0 and s + 2 * period or (prev > 0 and s + period or s)
+  d.reset = math.max(full - now, 0)
+  d.retry = 0
+  if not allowed then
+    -- Sliding::admit_at: the first instant the estimate has room for cost.
+    local function earliest(p, room)
+      if p == 0 then
+        return 0
+      end
+      local keep = muldiv(room, period, p)
+      return keep >= period and 0 or period - keep
+    end
+    local at
+    local room = rule.limit - (cur + cost)
+    if room >= 0 then
+      at = s + earliest(prev, room)
+    else
+      at = s + period + earliest(cur, rule.limit - math.min(cost, rule.limit))
+    end
+    d.retry = math.max(at - now, 0)
+  end
+  return d, function()
+    l.algo, l.rule, l.start, l.prev, l.cur = algo, rule, s, prev, after
+    l.count = nil
+  end
+end
+
+local function decide_log(l, rule, cost, now)
+  local entries = l.entries
+  local newest = entries[#entries]
+  now = math.max(now, newest and newest[1] or 0)
+  local gone, total = 0, 0
+  for _, e in ipairs(entries) do
+    total = total + e[2]
+  end
+  for _, e in ipairs(entries) do
+    if e[1] + rule.period > now then
+      break
+    end
+    gone = gone + 1
+    total = total - e[2]
+  end
+  local limit = rule.limit
+  local allowed = total + cost <= limit
+  local after = allowed and total + cost or total
+  local full = log_full_at(l, rule)
+  local d = { allowed = allowed, remaining = math.max(limit - after, 0), capacity = limit, retry = 0 }
+  if allowed and cost > 0 then
+    full = now + rule.period
+  elseif not allowed then
+    local excess = math.max(total + cost - limit, 0)
+    local at = full
+    for i = gone + 1, #entries do
+      excess = math.max(excess - entries[i][2], 0)
+      if excess == 0 then
+        at = entries[i][1] + rule.period
+        break
+      end
+    end
+    d.retry = math.max(at - now, 0)
+  end
+  d.reset = math.max(full - now, 0)
+  return d, function()
+    local kept = {}
+    for i = gone + 1, #entries do
+      kept[#kept + 1] = entries[i]
+    end
+    kept[#kept + 1] = { now, cost }
+    l.entries, l.rule = kept, rule
+  end
+end
+
+-- Limiter::decide: at the key's own time line when the clock stepped back, with the waits
+-- counted from the clock as read.
+local function decide(l, rule, cost, now)
+  local sf, af = FAMILY[l.algo], FAMILY[rule.algo]
+  if sf ~= af then
+    mismatch(l.algo, rule.algo)
+  end
+  local at = math.max(now, time_floor(l))
+  local d, spend
+  if af == 'rate' then
+    d, spend = decide_rate(l, rule, cost, at)
+  elseif af == 'window' then
+    d, spend = decide_window(l, rule, cost, at)
+  else
+    d, spend = decide_log(l, rule, cost, at)
+  end
+  local behind = at - now
+  if behind > 0 then
+    if d.retry > 0 then
+      d.retry = d.retry + behind
+    end
+    if d.reset > 0 then
+      d.reset = d.reset + behind
+    end
+  end
+  return d, spend
+end
+
+local function ms_up(us)
+  local q, r = divmod(us, MS)
+  return r > 0 and q + 1 or q
+end
+
+local function decision_reply(d)
+  return { d.allowed and 1 or 0, d.remaining, ms_up(d.retry), ms_up(d.reset), d.capacity }
+end
+
+---------------------------------------------------------------------------------------------
+-- Reservations: r:<id> = "expires estimate remaining reset_us [delta settled]".
+
+local function get_reservation(key, id, now)
+  local v = redis.call('HGET', key, 'r:' .. id)
+  if not v then
+    return nil
+  end
+  local f = {}
+  for n in string.gmatch(v, '%-?%d+') do
+    f[#f + 1] = tonumber(n)
+  end
+  if f[1] <= now then
+    return nil
+  end
+  return { expires = f[1], estimate = f[2], remaining = f[3], reset = f[4], delta = f[5],
+    settled = f[6] }
+end
+
+local function put_reservation(key, id, r)
+  local v = int(r.expires) .. ' ' .. int(r.estimate) .. ' ' .. int(r.remaining) .. ' ' .. int(r.reset)
+  if r.delta then
+    v = v .. ' ' .. int(r.delta) .. ' ' .. int(r.settled)
+  end
+  redis.call('HSET', key, 'r:' .. id, v)
+end
+
+-- Drops the forgotten reservations; returns how many are left.
+local function prune_reservations(key, now)
+  local all = redis.call('HGETALL', key)
+  local left = 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    if field:sub(1, 2) == 'r:' then
+      local expires = tonumber(all[i + 1]:match('^%d+'))
+      if expires <= now then
+        redis.call('HDEL', key, field)
+      else
+        left = left + 1
+      end
+    end
+  end
+  return left
+end
+
+local function live_reservations(key, now)
+  local all = redis.call('HGETALL', key)
+  local live = 0
+  for i = 1, #all, 2 do
+    if all[i]:sub(1, 2) == 'r:' and tonumber(all[i + 1]:match('^%d+')) > now then
+      live = live + 1
+    end
+  end
+  return live
+end
+
+---------------------------------------------------------------------------------------------
+-- Commands.
+
+local function check_key(arg, index)
+  if arg ~= KEYS[index] then
+    fail('ERR key argument ' .. int(index) .. ' is not KEYS[' .. int(index)
+      .. ']: send every key of the command in KEYS, in order')
+  end
+end
+
+local commands = {}
+
+local function parse_admit(args)
+  if #args < 3 then
+    arity('RL.ADMIT')
+  end
+  local opts = {}
+  local dry, id, keep = false, nil, nil
+  local i = 4
+  while i <= #args do
+    local token = args[i]
+    local taken = take_rule_option(opts, args, i)
+    if taken > 0 then
+      i = i + taken
+    elseif is(token, 'RESERVE') then
+      local v = args[i + 1]
+      if v == nil then
+        fail('ERR RESERVE needs a value')
+      end
+      parse_id(v, 'RESERVE id')
+      if id ~= nil then
+        fail('ERR RESERVE given more than once')
+      end
+      id = v
+      i = i + 2
+    elseif is(token, 'KEEP') then
+      local v = args[i + 1]
+      if v == nil then
+        fail('ERR KEEP needs a value')
+      end
+      local k = parse_duration(v, 'KEEP', MAX_KEEP_US, '7d')
+      if keep ~= nil then
+        fail('ERR KEEP given more than once')
+      end
+      keep = k
+      i = i + 2
+    elseif is(token, 'DRYRUN') then
+      if dry then
+        fail('ERR DRYRUN given more than once')
+      end
+      dry = true
+      i = i + 1
+    else
+      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+    end
+  end
+  local rule, cost = build_rule(opts, args[2], args[3])
+  if keep ~= nil and id == nil then
+    fail('ERR RESERVE (for KEEP) is required')
+  end
+  if id ~= nil and FAMILY[rule.algo] ~= 'rate' then
+    fail('ERR reservations are only for ALGO gcra and bucket keys')
+  end
+  return rule, cost, dry, id, keep or DEFAULT_KEEP_US
+end
+
+commands['RL.ADMIT'] = function(args)
+  local rule, cost, dry, id, keep = parse_admit(args)
+  local key = args[1]
+  check_key(key, 1)
+  local l = load(key) or fresh(rule)
+  local now = now_us()
+  if id == nil then
+    local d, spend = decide(l, rule, cost, now)
+    if d.allowed and not dry then
+      spend()
+      save(key, l)
+    end
+    return decision_reply(d)
+  end
+  if FAMILY[l.algo] ~= 'rate' then
+    fail('ERR reservations are only for ALGO gcra and bucket keys')
+  end
+  local r = (not l.fresh) and get_reservation(key, id, now)
+  if r then
+    local cap = l.rule.burst
+    return { 1, math.min(r.remaining, cap), 0, ms_up(r.reset), cap }
+  end
+  if not l.fresh and live_reservations(key, now) >= MAX_RESERVATIONS then
+    fail('ERR the key keeps 10000 reservations already: settle them or let them expire')
+  end
+  local d, spend = decide(l, rule, cost, now)
+  if d.allowed and not dry then
+    spend()
+    if not l.fresh then
+      prune_reservations(key, now)
+    end
+    local expires = now + keep
+    put_reservation(key, id, { expires = expires, estimate = cost, remaining = d.remaining,
+      reset = d.reset })
+    l.ru = math.max(l.ru, expires)
+    redis.call('HSET', key, 'ru', int(l.ru))
+    save(key, l)
+  end
+  return decision_reply(d)
+end
+
+---------------------------------------------------------------------------------------------
+-- Entry point.
+
+local name = ARGV[1]
+local args = {}
+for i = 2, #ARGV do
+  args[i - 1] = ARGV[i]
+end
+local command = name and commands[name:upper()]
+if command == nil then
+  return redis.error_reply('ERR unknown command \'' .. printable(name or '') .. '\' for rl.lua')
+end
+local ok, result = pcall(command, args)
+if ok then
+  return result
+end
+if type(result) == 'table' then
+  return redis.error_reply(result[1])
+end
+error(result, 0)

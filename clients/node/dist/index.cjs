@@ -1,0 +1,690 @@
+var __defProp = Object.defineProperty;
+var __getOwnPropDesc = Object.getOwnPropertyDescriptor;
+var __getOwnPropNames = Object.getOwnPropertyNames;
+var __hasOwnProp = Object.prototype.hasOwnProperty;
+var __export = (target, all) => {
+  for (var name in all)
+    __defProp(target, name, { get: all[name], enumerable: true });
+};
+var __copyProps = (to, from, except, desc) => {
+  if (from && typeof from === "object" || typeof from === "function") {
+    for (let key2 of __getOwnPropNames(from))
+      if (!__hasOwnProp.call(to, key2) && key2 !== except)
+        __defProp(to, key2, { get: () => from[key2], enumerable: !(desc = __getOwnPropDesc(from, key2)) || desc.enumerable });
+  }
+  return to;
+};
+var __toCommonJS = (mod) => __copyProps(__defProp({}, "__esModule", { value: true }), mod);
+
+// src/index.js
+var index_exports = {};
+__export(index_exports, {
+  ALGOS: () => ALGOS,
+  RL: () => RL,
+  RLError: () => RLError,
+  SCRIPT_PATH: () => SCRIPT_PATH,
+  TimeoutError: () => TimeoutError,
+  adapt: () => adapt,
+  classify: () => classify,
+  commands: () => commands_exports,
+  commonSlot: () => commonSlot,
+  durationArg: () => durationArg,
+  fromIoredis: () => fromIoredis,
+  fromIovalkey: () => fromIovalkey,
+  fromNodeRedis: () => fromNodeRedis,
+  fromSendCommand: () => fromSendCommand,
+  headers: () => headers_exports,
+  keySlot: () => keySlot,
+  parseDuration: () => parseDuration,
+  withDeadline: () => withDeadline
+});
+module.exports = __toCommonJS(index_exports);
+
+// src/client.js
+var import_node_crypto = require("node:crypto");
+var import_node_fs = require("node:fs");
+var import_node_path = require("node:path");
+var import_node_url = require("node:url");
+
+// src/errors.js
+var RLError = class extends Error {
+  constructor(kind, message, options) {
+    super(message, options);
+    this.name = "RLError";
+    this.kind = kind;
+  }
+  get isUnavailable() {
+    return this.kind === "unavailable";
+  }
+};
+var unavailable = (message, cause) => new RLError("unavailable", message, { cause });
+var refused = (text) => new RLError("refused", text);
+var unexpectedReply = (what) => new RLError("unexpected_reply", `unexpected reply: ${what}`);
+var invalidRequest = (what) => new RLError("invalid_request", `invalid request: ${what}`);
+var REFUSING_CODES = /* @__PURE__ */ new Set(["ERR", "WRONGTYPE", "CROSSSLOT"]);
+function fromServerError(text, cause) {
+  const code = text.split(" ", 1)[0];
+  return REFUSING_CODES.has(code) ? refused(text) : unavailable(text, cause);
+}
+
+// src/wire.js
+var UNITS = [
+  ["d", 864e5],
+  ["h", 36e5],
+  ["m", 6e4],
+  ["s", 1e3]
+];
+function durationArg(value, what) {
+  const ms = typeof value === "string" ? parseDuration(value, what) : value;
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
+    throw invalidRequest(`${what} must be a non-negative number of milliseconds, not ${String(value)}`);
+  }
+  if (!Number.isInteger(ms)) {
+    throw invalidRequest(`${what} ${ms}ms is finer than a millisecond, the module's finest unit`);
+  }
+  if (ms === 0) return "0ms";
+  for (const [unit, size] of UNITS) {
+    if (ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+var DURATION = /^([0-9]+)(ms|s|m|h|d)$/i;
+var UNIT_MS = { ms: 1, s: 1e3, m: 6e4, h: 36e5, d: 864e5 };
+function parseDuration(text, what = "duration") {
+  const m = DURATION.exec(text);
+  if (!m) {
+    if (/^[0-9]+$/.test(text)) {
+      throw invalidRequest(`${what} needs a unit: add ms, s, m, h or d (for example 10s)`);
+    }
+    throw invalidRequest(`${what} must be a positive integer and a unit ms, s, m, h or d, not '${text}'`);
+  }
+  return Number(m[1]) * UNIT_MS[m[2].toLowerCase()];
+}
+function countArg(n, what) {
+  if (typeof n === "bigint") return n.toString();
+  if (typeof n !== "number" || !Number.isSafeInteger(n)) {
+    throw invalidRequest(`${what} must be an integer, not ${String(n)}`);
+  }
+  return String(n);
+}
+var CRC_TABLE = (() => {
+  const table = new Uint16Array(256);
+  for (let i = 0; i < 256; i++) {
+    let crc = i << 8;
+    for (let j = 0; j < 8; j++) crc = crc & 32768 ? (crc << 1 ^ 4129) & 65535 : crc << 1 & 65535;
+    table[i] = crc;
+  }
+  return table;
+})();
+function toBytes(key2) {
+  return Buffer.isBuffer(key2) ? key2 : Buffer.from(String(key2), "utf8");
+}
+function keySlot(key2) {
+  let bytes = toBytes(key2);
+  const open = bytes.indexOf(123);
+  if (open >= 0) {
+    const close = bytes.indexOf(125, open + 1);
+    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const b of bytes) crc = crc << 8 & 65535 ^ CRC_TABLE[(crc >> 8 ^ b) & 255];
+  return crc % 16384;
+}
+function commonSlot(keys) {
+  let slot = null;
+  for (const key2 of keys) {
+    const s = keySlot(key2);
+    if (slot === null) slot = s;
+    else if (s !== slot) {
+      throw invalidRequest(
+        `RL.MULTI keys are in cluster slots ${slot} and ${s}: give them one hash tag, for example {t:tenant}`
+      );
+    }
+  }
+  return slot;
+}
+
+// src/adapters.js
+var REPLY_ERRORS = /* @__PURE__ */ new Set(["ReplyError", "ErrorReply", "SimpleError", "BlobError"]);
+function isServerReply(err) {
+  for (let p = Object.getPrototypeOf(err); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    if (REPLY_ERRORS.has(p.constructor?.name)) return true;
+  }
+  return false;
+}
+function classify(err) {
+  if (err instanceof RLError) return err;
+  if (err instanceof Error && isServerReply(err)) return fromServerError(err.message, err);
+  return unavailable(`the store did not answer: ${err?.message ?? String(err)}`, err);
+}
+function wrap(send, extra = {}) {
+  return {
+    ...extra,
+    async send(name, args, firstKey) {
+      try {
+        return await send(name, args, firstKey);
+      } catch (err) {
+        throw classify(err);
+      }
+    }
+  };
+}
+function fromIoredis(client) {
+  if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
+  return wrap((name, args, firstKey) => {
+    const Command = client.nodes("master")[0]?.constructor?.Command;
+    if (!Command || firstKey === void 0) return client.call(name, ...args);
+    const cmd = new Command(name, args, { replyEncoding: "utf8" });
+    cmd.slot = keySlot(firstKey);
+    return client.sendCommand(cmd);
+  });
+}
+var fromIovalkey = fromIoredis;
+function fromNodeRedis(client) {
+  if (typeof client.getSlotMaster === "function") {
+    return wrap((name, args, firstKey) => client.sendCommand(firstKey, false, [name, ...args]));
+  }
+  return wrap((name, args) => client.sendCommand([name, ...args]));
+}
+function fromSendCommand(sendCommand) {
+  return wrap((name, args) => sendCommand(name, ...args));
+}
+function adapt(store) {
+  if (typeof store === "function") return fromSendCommand(store);
+  if (store && typeof store.send === "function") return store;
+  if (store && (store.isCluster !== void 0 || typeof store.call === "function")) return fromIoredis(store);
+  if (store && typeof store.sendCommand === "function") return fromNodeRedis(store);
+  throw new TypeError("expected an ioredis, iovalkey or node-redis client, an adapter, or a sendCommand function");
+}
+
+// src/commands.js
+var commands_exports = {};
+__export(commands_exports, {
+  ALGOS: () => ALGOS,
+  acquire: () => acquire,
+  admit: () => admit,
+  grant: () => grant,
+  info: () => info,
+  multi: () => multi,
+  release: () => release,
+  renew: () => renew,
+  settle: () => settle,
+  throttle: () => throttle
+});
+
+// src/reply.js
+function check(value, what) {
+  if (value instanceof Error) throw fromServerError(value.message, value);
+  return value;
+}
+function asText(v, what) {
+  check(v, what);
+  if (typeof v === "string") return v;
+  if (Buffer.isBuffer(v)) return v.toString("utf8");
+  throw unexpectedReply(`${what} is not a string: ${show(v)}`);
+}
+function asInt(v, what, { signed = false } = {}) {
+  check(v, what);
+  let n = v;
+  if (typeof v === "bigint") n = Number(v);
+  else if (typeof v === "string" || Buffer.isBuffer(v)) {
+    const s = String(v);
+    n = /^-?[0-9]+$/.test(s) ? Number(s) : NaN;
+  }
+  if (typeof n !== "number" || !Number.isInteger(n)) throw unexpectedReply(`${what} is not an integer: ${show(v)}`);
+  if (!signed && n < 0) throw unexpectedReply(`${what} is negative: ${n}`);
+  return n;
+}
+function asFlag(v, what) {
+  const n = asInt(v, what);
+  if (n !== 0 && n !== 1) throw unexpectedReply(`${what} must be 0 or 1, not ${n}`);
+  return n === 1;
+}
+function show(v) {
+  try {
+    return JSON.stringify(v, (_, x) => typeof x === "bigint" ? x.toString() : x);
+  } catch {
+    return String(v);
+  }
+}
+function isMapLike(v) {
+  return v instanceof Map || v !== null && typeof v === "object" && !Array.isArray(v) && !Buffer.isBuffer(v);
+}
+function entriesOf(v) {
+  return v instanceof Map ? [...v.entries()].map(([k, x]) => [String(k), x]) : Object.entries(v);
+}
+function fieldsOf(value, fields, what) {
+  check(value, what);
+  if (isMapLike(value)) {
+    const m = new Map(entriesOf(value));
+    return Object.fromEntries(
+      fields.map((f) => {
+        if (!m.has(f)) throw unexpectedReply(`${what}: field ${f} missing in ${show(value)}`);
+        return [f, m.get(f)];
+      })
+    );
+  }
+  if (!Array.isArray(value)) throw unexpectedReply(`${what}: ${show(value)} is not an array or a map`);
+  if (value.length === fields.length * 2 && textIs(value[0], fields[0])) {
+    const m = /* @__PURE__ */ new Map();
+    for (let i = 0; i < value.length; i += 2) m.set(asText(value[i], what), value[i + 1]);
+    return fieldsOf(m, fields, what);
+  }
+  if (value.length !== fields.length) {
+    throw unexpectedReply(`${what}: ${fields.length} fields expected, got ${show(value)}`);
+  }
+  return Object.fromEntries(fields.map((f, i) => [f, value[i]]));
+}
+function textIs(v, s) {
+  return (typeof v === "string" || Buffer.isBuffer(v)) && String(v) === s;
+}
+function parseAdmit(value) {
+  const r = fieldsOf(value, ["allowed", "remaining", "retry_after_ms", "reset_after_ms", "capacity"], "RL.ADMIT");
+  return {
+    allowed: asFlag(r.allowed, "allowed"),
+    remaining: asInt(r.remaining, "remaining"),
+    retry_after_ms: asInt(r.retry_after_ms, "retry_after_ms"),
+    reset_after_ms: asInt(r.reset_after_ms, "reset_after_ms"),
+    capacity: asInt(r.capacity, "capacity")
+  };
+}
+function parseMulti(value) {
+  const r = fieldsOf(value, ["allowed", "denied_by", "retry_after_ms", "rules"], "RL.MULTI");
+  const rules = check(r.rules, "rules");
+  if (!Array.isArray(rules)) throw unexpectedReply(`RL.MULTI rules: ${show(rules)} is not an array`);
+  return {
+    allowed: asFlag(r.allowed, "allowed"),
+    denied_by: r.denied_by === null || r.denied_by === void 0 ? null : asText(r.denied_by, "denied_by"),
+    retry_after_ms: asInt(r.retry_after_ms, "retry_after_ms"),
+    rules: rules.map((rule) => {
+      const f = fieldsOf(rule, ["name", "remaining", "reset_after_ms"], "RL.MULTI rule");
+      return {
+        name: asText(f.name, "name"),
+        remaining: asInt(f.remaining, "remaining"),
+        reset_after_ms: asInt(f.reset_after_ms, "reset_after_ms")
+      };
+    })
+  };
+}
+function parseGrant(value) {
+  const r = fieldsOf(value, ["granted", "remaining", "valid_ms", "retry_after_ms"], "RL.GRANT");
+  return {
+    granted: asInt(r.granted, "granted"),
+    remaining: asInt(r.remaining, "remaining"),
+    valid_ms: asInt(r.valid_ms, "valid_ms"),
+    retry_after_ms: asInt(r.retry_after_ms, "retry_after_ms")
+  };
+}
+function parseAcquire(value) {
+  const r = fieldsOf(value, ["acquired", "holder", "in_flight", "retry_after_ms"], "RL.ACQUIRE");
+  return {
+    acquired: asFlag(r.acquired, "acquired"),
+    holder: r.holder === null || r.holder === void 0 ? null : asText(r.holder, "holder"),
+    in_flight: asInt(r.in_flight, "in_flight"),
+    retry_after_ms: asInt(r.retry_after_ms, "retry_after_ms")
+  };
+}
+function parseDone(value) {
+  return asFlag(value, "reply");
+}
+function parseSettle(value) {
+  if (value === null || value === void 0) return null;
+  const r = fieldsOf(value, ["delta", "remaining"], "RL.SETTLE");
+  return { delta: asInt(r.delta, "delta", { signed: true }), remaining: asInt(r.remaining, "remaining") };
+}
+var INFO_ALWAYS = ["algo", "limit", "period_ms", "capacity", "remaining", "reset_after_ms", "ttl_ms"];
+var INFO_OPTIONAL = [
+  "tat_us",
+  "tokens",
+  "updated_us",
+  "window_start_ms",
+  "count",
+  "previous",
+  "current",
+  "entries",
+  "logged_units",
+  "in_flight",
+  "next_expiry_ms",
+  "reservations",
+  "debt"
+];
+var INFO_SIGNED = /* @__PURE__ */ new Set(["tokens", "ttl_ms"]);
+function parseInfo(value) {
+  check(value, "RL.INFO");
+  if (value === null || value === void 0) return null;
+  let pairs;
+  if (isMapLike(value)) pairs = entriesOf(value);
+  else if (Array.isArray(value) && value.length % 2 === 0) {
+    pairs = [];
+    for (let i = 0; i < value.length; i += 2) pairs.push([asText(value[i], "RL.INFO name"), value[i + 1]]);
+  } else throw unexpectedReply(`RL.INFO: ${show(value)} is not name/value pairs`);
+  const m = new Map(pairs);
+  const out = {};
+  for (const f of INFO_ALWAYS) {
+    if (!m.has(f)) throw unexpectedReply(`RL.INFO: field ${f} missing`);
+  }
+  out.algo = asText(m.get("algo"), "algo");
+  for (const f of [...INFO_ALWAYS.slice(1), ...INFO_OPTIONAL]) {
+    if (m.has(f)) out[f] = asInt(m.get(f), f, { signed: INFO_SIGNED.has(f) });
+  }
+  return out;
+}
+function parseThrottle(value) {
+  check(value, "CL.THROTTLE");
+  if (!Array.isArray(value) || value.length !== 5) throw unexpectedReply(`CL.THROTTLE: ${show(value)}`);
+  const retry = asInt(value[3], "retry_after", { signed: true });
+  if (retry < -1) throw unexpectedReply(`CL.THROTTLE retry_after ${retry}`);
+  return {
+    limited: asFlag(value[0], "limited"),
+    limit: asInt(value[1], "limit"),
+    remaining: asInt(value[2], "remaining"),
+    retry_after: retry,
+    reset_after: asInt(value[4], "reset_after")
+  };
+}
+
+// src/commands.js
+var ALGOS = ["gcra", "bucket", "window", "sliding", "log"];
+function command(name, args, keys, parse) {
+  return { name, args, keys, parse };
+}
+function key(k, what = "key") {
+  if (typeof k === "string" || Buffer.isBuffer(k)) return k;
+  throw invalidRequest(`${what} must be a string or a Buffer`);
+}
+function ruleOptions(args, { burst, cost, algo }) {
+  if (burst !== void 0 && burst !== null) args.push("BURST", countArg(burst, "BURST"));
+  if (cost !== void 0 && cost !== null) args.push("COST", countArg(cost, "COST"));
+  if (algo !== void 0 && algo !== null) {
+    if (!ALGOS.includes(algo)) throw invalidRequest(`ALGO must be one of ${ALGOS.join(", ")}, not ${algo}`);
+    args.push("ALGO", algo);
+  }
+}
+function admit(req) {
+  const args = [key(req.key), countArg(req.limit, "limit"), durationArg(req.period, "period")];
+  ruleOptions(args, req);
+  if (req.dryRun) args.push("DRYRUN");
+  if (req.reserve) {
+    args.push("RESERVE", key(req.reserve.id, "RESERVE id"));
+    if (req.reserve.keep !== void 0 && req.reserve.keep !== null) {
+      args.push("KEEP", durationArg(req.reserve.keep, "KEEP"));
+    }
+  }
+  return command("RL.ADMIT", args, [args[0]], parseAdmit);
+}
+function multi(req) {
+  const rules = req.rules;
+  if (!Array.isArray(rules) || rules.length === 0) throw invalidRequest("RL.MULTI needs at least one rule");
+  const keys = rules.map((r) => key(r.key));
+  commonSlot(keys);
+  const args = [String(rules.length), ...keys];
+  for (const r of rules) {
+    if (typeof r.name !== "string") throw invalidRequest("a RULE name must be a string");
+    args.push("RULE", r.name, countArg(r.limit, "limit"), durationArg(r.period, "period"));
+    ruleOptions(args, r);
+  }
+  if (req.dryRun) args.push("DRYRUN");
+  return command("RL.MULTI", args, keys, parseMulti);
+}
+function grant(req) {
+  const args = [key(req.key), countArg(req.limit, "limit"), durationArg(req.period, "period")];
+  ruleOptions(args, { burst: req.burst, algo: req.algo });
+  args.push("WANT", countArg(req.want, "WANT"));
+  if (req.ttl !== void 0 && req.ttl !== null) args.push("TTL", durationArg(req.ttl, "TTL"));
+  return command("RL.GRANT", args, [args[0]], parseGrant);
+}
+function acquire(req) {
+  const args = [key(req.key), countArg(req.capacity, "capacity"), durationArg(req.lease, "lease")];
+  if (req.holder !== void 0 && req.holder !== null) args.push("ID", key(req.holder, "holder"));
+  return command("RL.ACQUIRE", args, [args[0]], parseAcquire);
+}
+function release(k, holder) {
+  return command("RL.RELEASE", [key(k), key(holder, "holder")], [k], parseDone);
+}
+function renew(k, holder, lease) {
+  return command("RL.RENEW", [key(k), key(holder, "holder"), durationArg(lease, "lease")], [k], parseDone);
+}
+function settle(k, id, actual) {
+  return command("RL.SETTLE", [key(k), key(id, "id"), countArg(actual, "actual")], [k], parseSettle);
+}
+function info(k) {
+  return command("RL.INFO", [key(k)], [k], parseInfo);
+}
+function throttle(k, maxBurst, count, periodSeconds, quantity) {
+  const args = [key(k), countArg(maxBurst, "max_burst"), countArg(count, "count"), countArg(periodSeconds, "period")];
+  if (quantity !== void 0 && quantity !== null) args.push(countArg(quantity, "quantity"));
+  return command("CL.THROTTLE", args, [k], parseThrottle);
+}
+
+// src/client.js
+var import_meta = {};
+var PACKAGE_ROOT = (0, import_node_path.join)(typeof __dirname === "string" ? __dirname : (0, import_node_path.dirname)((0, import_node_url.fileURLToPath)(import_meta.url)), "..");
+var SCRIPT_PATH = (0, import_node_path.join)(PACKAGE_ROOT, "rl.lua");
+var RL = class {
+  // `store`: an ioredis, iovalkey or node-redis client (or cluster), an adapter, or a
+  // sendCommand function. Options: `timeout` (ms, per call), `mode` ('auto', 'module' or
+  // 'script'), `script` (the script's text, default the rl.lua this package ships), `logger`
+  // (console-like), `onMode(mode)`.
+  constructor(store, options = {}) {
+    this.adapter = adapt(store);
+    this.timeout = options.timeout;
+    this.forcedMode = options.mode && options.mode !== "auto" ? options.mode : null;
+    this.scriptText = options.script;
+    this.logger = options.logger ?? console;
+    this.onMode = options.onMode;
+    this.mode = this.forcedMode;
+    this.detecting = null;
+    this.loggedMode = null;
+    if (this.mode) this.announce(this.mode);
+  }
+  admit(req) {
+    return this.execute(admit(req));
+  }
+  multi(req) {
+    return this.execute(multi(req));
+  }
+  grant(req) {
+    return this.execute(grant(req));
+  }
+  acquire(req) {
+    return this.execute(acquire(req));
+  }
+  release(key2, holder) {
+    return this.execute(release(key2, holder));
+  }
+  renew(key2, holder, lease) {
+    return this.execute(renew(key2, holder, lease));
+  }
+  settle(key2, id, actual) {
+    return this.execute(settle(key2, id, actual));
+  }
+  info(key2) {
+    return this.execute(info(key2));
+  }
+  throttle(key2, maxBurst, count, periodSeconds, quantity) {
+    return this.execute(throttle(key2, maxBurst, count, periodSeconds, quantity));
+  }
+  // One command of commands.js: its raw reply parsed, under the client's deadline.
+  async execute(cmd, { timeout = this.timeout } = {}) {
+    return withDeadline(this.run(cmd), timeout);
+  }
+  async run(cmd) {
+    const mode = this.mode ?? await this.detect();
+    try {
+      const raw = mode === "script" ? await this.evalsha(cmd) : await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      return cmd.parse(raw);
+    } catch (err) {
+      if (!this.forcedMode && err instanceof RLError && (err.isUnavailable || /^ERR unknown command/.test(err.message))) {
+        this.mode = null;
+      }
+      throw err;
+    }
+  }
+  // `COMMAND INFO RL.ADMIT` answers a nil entry when the module is absent.
+  detect() {
+    this.detecting ??= this.adapter.send("COMMAND", ["INFO", "RL.ADMIT"]).then((reply) => {
+      const entry = Array.isArray(reply) ? reply[0] : reply;
+      const mode = entry === null || entry === void 0 ? "script" : "module";
+      this.mode = mode;
+      this.announce(mode);
+      return mode;
+    }).finally(() => {
+      this.detecting = null;
+    });
+    return this.detecting;
+  }
+  announce(mode) {
+    if (mode === this.loggedMode) return;
+    this.loggedMode = mode;
+    this.logger.info?.(`redis-rl: store mode ${mode}`);
+    this.onMode?.(mode);
+  }
+  script() {
+    if (!this.scriptSha) {
+      let text = this.scriptText;
+      if (text === void 0) {
+        try {
+          text = (0, import_node_fs.readFileSync)(SCRIPT_PATH, "utf8");
+        } catch (err) {
+          throw refused(`ERR script mode needs ${SCRIPT_PATH}, which cannot be read (${err.code ?? err.message}); load the module instead`);
+        }
+      }
+      this.scriptText = text;
+      this.scriptSha = (0, import_node_crypto.createHash)("sha1").update(text).digest("hex");
+    }
+    return this.scriptSha;
+  }
+  // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN; on NOSCRIPT, SCRIPT LOAD and retry once.
+  async evalsha(cmd) {
+    const sha = this.script();
+    const args = [sha, String(cmd.keys.length), ...cmd.keys, cmd.name, ...cmd.args];
+    try {
+      return await this.adapter.send("EVALSHA", args, cmd.keys[0]);
+    } catch (err) {
+      if (!(err instanceof RLError) || !err.message.startsWith("NOSCRIPT")) throw err;
+      await this.adapter.send("SCRIPT", ["LOAD", this.scriptText], cmd.keys[0]);
+      return this.adapter.send("EVALSHA", args, cmd.keys[0]);
+    }
+  }
+};
+var TimeoutError = class extends RLError {
+  constructor(ms) {
+    super("unavailable", `the store did not answer within ${ms}ms`);
+    this.timeout = true;
+  }
+};
+function withDeadline(promise, ms) {
+  if (!ms) return promise;
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+// src/headers.js
+var headers_exports = {};
+__export(headers_exports, {
+  outcomeOf: () => outcomeOf,
+  policyItem: () => policyItem,
+  ratelimitItem: () => ratelimitItem,
+  refusedOutcome: () => refusedOutcome,
+  render: () => render,
+  retryAfterSeconds: () => retryAfterSeconds,
+  sfString: () => sfString
+});
+function refusedOutcome(waitMs) {
+  return { remaining: 0, resetAfterMs: waitMs, retryAfterMs: waitMs };
+}
+function outcomeOf(decision) {
+  return {
+    remaining: decision.remaining,
+    resetAfterMs: decision.reset_after_ms,
+    retryAfterMs: decision.allowed ? null : decision.retry_after_ms
+  };
+}
+var gcd = (a, b) => {
+  while (b !== 0n) [a, b] = [b, a % b];
+  return a;
+};
+function wholeSecondQuota(limit, periodMs) {
+  const ms = BigInt(Math.max(1, periodMs));
+  const lim = BigInt(limit);
+  if (ms % 1000n === 0n) return [lim, ms / 1000n];
+  const unitsMs = lim * 1000n;
+  const w = ms / gcd(unitsMs, ms);
+  return [unitsMs * w / ms, w];
+}
+function sfString(s) {
+  let out = '"';
+  for (const c of s) {
+    if (c === '"' || c === "\\") out += `\\${c}`;
+    else if (c >= " " && c <= "~") out += c;
+    else out += "_";
+  }
+  return `${out}"`;
+}
+function policyItem(rule) {
+  const name = sfString(rule.name);
+  if (rule.semaphore) return `${name};q=${rule.capacity};qu="concurrent-requests"`;
+  const [q, w] = wholeSecondQuota(rule.limit, rule.periodMs);
+  let item = `${name};q=${q};w=${w}`;
+  if (BigInt(rule.capacity) !== q) item += `;rl-burst=${rule.capacity}`;
+  return item;
+}
+function resetSeconds(outcome) {
+  return Math.ceil((outcome.retryAfterMs ?? outcome.resetAfterMs) / 1e3);
+}
+function ratelimitItem(rule, outcome) {
+  return `${sfString(rule.name)};r=${outcome.remaining};t=${resetSeconds(outcome)}`;
+}
+function render(pairs, legacy = false) {
+  if (pairs.length === 0) return [];
+  const out = [
+    ["RateLimit-Policy", pairs.map(([r]) => policyItem(r)).join(", ")],
+    ["RateLimit", pairs.map(([r, o]) => ratelimitItem(r, o)).join(", ")]
+  ];
+  if (legacy) {
+    let best = null;
+    const rank = ([, o]) => o.retryAfterMs !== null && o.retryAfterMs !== void 0 ? [0, -o.retryAfterMs] : [1, o.remaining];
+    for (const p of pairs) {
+      if (best === null) best = p;
+      else {
+        const [a1, a2] = rank(p);
+        const [b1, b2] = rank(best);
+        if (a1 < b1 || a1 === b1 && a2 < b2) best = p;
+      }
+    }
+    const [rule, outcome] = best;
+    out.push(["X-RateLimit-Limit", String(rule.limit)]);
+    out.push(["X-RateLimit-Remaining", String(outcome.remaining)]);
+    out.push(["X-RateLimit-Reset", String(resetSeconds(outcome))]);
+  }
+  return out;
+}
+function retryAfterSeconds(maxRetryMs, jitter, u) {
+  const share = (jitter > 0 ? jitter : 0) * Math.min(Math.max(u, 0), 1);
+  const extra = share > 0 ? Math.floor(maxRetryMs * share) : 0;
+  return Math.ceil((maxRetryMs + extra) / 1e3);
+}
+// Annotate the CommonJS export names for ESM import in node:
+0 && (module.exports = {
+  ALGOS,
+  RL,
+  RLError,
+  SCRIPT_PATH,
+  TimeoutError,
+  adapt,
+  classify,
+  commands,
+  commonSlot,
+  durationArg,
+  fromIoredis,
+  fromIovalkey,
+  fromNodeRedis,
+  fromSendCommand,
+  headers,
+  keySlot,
+  parseDuration,
+  withDeadline
+});

@@ -1,0 +1,79 @@
+// One interface over the Redis clients people use: `send(name, args, firstKey)` resolves with the
+// raw reply or rejects with an RLError of the right kind. `firstKey` routes the call in a
+// cluster: cluster clients route unknown commands by argument 1, which for RL.MULTI (and
+// EVALSHA) is not a key.
+import { fromServerError, RLError, unavailable } from './errors.js';
+import { keySlot } from './wire.js';
+
+const REPLY_ERRORS = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError']);
+
+function isServerReply(err) {
+  for (let p = Object.getPrototypeOf(err); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    if (REPLY_ERRORS.has(p.constructor?.name)) return true;
+  }
+  return false;
+}
+
+// A rejection into its kind: a server's error reply keeps its text, code first; anything else
+// (closed or refused connection, timeout, offline queue disabled) means the store did not answer.
+export function classify(err) {
+  if (err instanceof RLError) return err;
+  if (err instanceof Error && isServerReply(err)) return fromServerError(err.message, err);
+  return unavailable(`the store did not answer: ${err?.message ?? String(err)}`, err);
+}
+
+function wrap(send, extra = {}) {
+  return {
+    ...extra,
+    async send(name, args, firstKey) {
+      try {
+        return await send(name, args, firstKey);
+      } catch (err) {
+        throw classify(err);
+      }
+    },
+  };
+}
+
+// ioredis and iovalkey (its fork), a single server or a Cluster. Their offline queue must be off
+// (`enableOfflineQueue: false`): with it, a call to a dead server waits for the reconnect instead
+// of failing, then is replayed and counted twice.
+export function fromIoredis(client) {
+  if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
+  return wrap((name, args, firstKey) => {
+    // A Command carrying the slot goes straight to its primary; before any node is known it
+    // goes anywhere and follows the MOVED reply.
+    const Command = client.nodes('master')[0]?.constructor?.Command;
+    if (!Command || firstKey === undefined) return client.call(name, ...args);
+    const cmd = new Command(name, args, { replyEncoding: 'utf8' });
+    cmd.slot = keySlot(firstKey);
+    return client.sendCommand(cmd);
+  });
+}
+
+export const fromIovalkey = fromIoredis;
+
+// node-redis (`redis` / `@redis/client`), a client or a cluster (`createCluster`). Set
+// `disableOfflineQueue: true` for the same reason as ioredis's offline queue.
+export function fromNodeRedis(client) {
+  if (typeof client.getSlotMaster === 'function') {
+    return wrap((name, args, firstKey) => client.sendCommand(firstKey, false, [name, ...args]));
+  }
+  return wrap((name, args) => client.sendCommand([name, ...args]));
+}
+
+// Any `sendCommand(...args)` function, as rate-limit-redis takes one:
+// `(...args) => client.call(...args)` for ioredis, `(...args) => client.sendCommand(args)` for
+// node-redis. It cannot route by key: on a cluster use the client's own adapter.
+export function fromSendCommand(sendCommand) {
+  return wrap((name, args) => sendCommand(name, ...args));
+}
+
+// An adapter, a client of a known kind, or a sendCommand function.
+export function adapt(store) {
+  if (typeof store === 'function') return fromSendCommand(store);
+  if (store && typeof store.send === 'function') return store;
+  if (store && (store.isCluster !== undefined || typeof store.call === 'function')) return fromIoredis(store);
+  if (store && typeof store.sendCommand === 'function') return fromNodeRedis(store);
+  throw new TypeError('expected an ioredis, iovalkey or node-redis client, an adapter, or a sendCommand function');
+}

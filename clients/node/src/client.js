@@ -1,0 +1,134 @@
+// The typed client: every command goes through `execute`, which knows the command's keys and so
+// sends it natively or, where the module is not loaded, as EVALSHA of rl.lua (clients/SPEC.md
+// section 5).
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { adapt } from './adapters.js';
+import * as commands from './commands.js';
+import { refused, RLError } from './errors.js';
+
+// src/ in the ESM package, dist/ in the CommonJS build: the script sits beside both.
+const PACKAGE_ROOT = join(typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url)), '..');
+export const SCRIPT_PATH = join(PACKAGE_ROOT, 'rl.lua');
+
+export class RL {
+  // `store`: an ioredis, iovalkey or node-redis client (or cluster), an adapter, or a
+  // sendCommand function. Options: `timeout` (ms, per call), `mode` ('auto', 'module' or
+  // 'script'), `script` (the script's text, default the rl.lua this package ships), `logger`
+  // (console-like), `onMode(mode)`.
+  constructor(store, options = {}) {
+    this.adapter = adapt(store);
+    this.timeout = options.timeout;
+    this.forcedMode = options.mode && options.mode !== 'auto' ? options.mode : null;
+    this.scriptText = options.script;
+    this.logger = options.logger ?? console;
+    this.onMode = options.onMode;
+    this.mode = this.forcedMode;
+    this.detecting = null;
+    this.loggedMode = null;
+    if (this.mode) this.announce(this.mode);
+  }
+
+  admit(req) { return this.execute(commands.admit(req)); }
+  multi(req) { return this.execute(commands.multi(req)); }
+  grant(req) { return this.execute(commands.grant(req)); }
+  acquire(req) { return this.execute(commands.acquire(req)); }
+  release(key, holder) { return this.execute(commands.release(key, holder)); }
+  renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
+  settle(key, id, actual) { return this.execute(commands.settle(key, id, actual)); }
+  info(key) { return this.execute(commands.info(key)); }
+  throttle(key, maxBurst, count, periodSeconds, quantity) {
+    return this.execute(commands.throttle(key, maxBurst, count, periodSeconds, quantity));
+  }
+
+  // One command of commands.js: its raw reply parsed, under the client's deadline.
+  async execute(cmd, { timeout = this.timeout } = {}) {
+    return withDeadline(this.run(cmd), timeout);
+  }
+
+  async run(cmd) {
+    const mode = this.mode ?? (await this.detect());
+    try {
+      const raw = mode === 'script' ? await this.evalsha(cmd) : await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      return cmd.parse(raw);
+    } catch (err) {
+      // The store went away or changed under us (a reconnect, a failover to a server without
+      // the module): look again on the next call.
+      if (!this.forcedMode && err instanceof RLError && (err.isUnavailable || /^ERR unknown command/.test(err.message))) {
+        this.mode = null;
+      }
+      throw err;
+    }
+  }
+
+  // `COMMAND INFO RL.ADMIT` answers a nil entry when the module is absent.
+  detect() {
+    this.detecting ??= this.adapter
+      .send('COMMAND', ['INFO', 'RL.ADMIT'])
+      .then((reply) => {
+        const entry = Array.isArray(reply) ? reply[0] : reply;
+        const mode = entry === null || entry === undefined ? 'script' : 'module';
+        this.mode = mode;
+        this.announce(mode);
+        return mode;
+      })
+      .finally(() => {
+        this.detecting = null;
+      });
+    return this.detecting;
+  }
+
+  announce(mode) {
+    if (mode === this.loggedMode) return;
+    this.loggedMode = mode;
+    this.logger.info?.(`redis-rl: store mode ${mode}`);
+    this.onMode?.(mode);
+  }
+
+  script() {
+    if (!this.scriptSha) {
+      let text = this.scriptText;
+      if (text === undefined) {
+        try {
+          text = readFileSync(SCRIPT_PATH, 'utf8');
+        } catch (err) {
+          throw refused(`ERR script mode needs ${SCRIPT_PATH}, which cannot be read (${err.code ?? err.message}); load the module instead`);
+        }
+      }
+      this.scriptText = text;
+      this.scriptSha = createHash('sha1').update(text).digest('hex');
+    }
+    return this.scriptSha;
+  }
+
+  // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN; on NOSCRIPT, SCRIPT LOAD and retry once.
+  async evalsha(cmd) {
+    const sha = this.script();
+    const args = [sha, String(cmd.keys.length), ...cmd.keys, cmd.name, ...cmd.args];
+    try {
+      return await this.adapter.send('EVALSHA', args, cmd.keys[0]);
+    } catch (err) {
+      if (!(err instanceof RLError) || !err.message.startsWith('NOSCRIPT')) throw err;
+      await this.adapter.send('SCRIPT', ['LOAD', this.scriptText], cmd.keys[0]);
+      return this.adapter.send('EVALSHA', args, cmd.keys[0]);
+    }
+  }
+}
+
+export class TimeoutError extends RLError {
+  constructor(ms) {
+    super('unavailable', `the store did not answer within ${ms}ms`);
+    this.timeout = true;
+  }
+}
+
+export function withDeadline(promise, ms) {
+  if (!ms) return promise;
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,7 @@
+export { RL, SCRIPT_PATH, TimeoutError, withDeadline } from './client.js';
+export { adapt, classify, fromIoredis, fromIovalkey, fromNodeRedis, fromSendCommand } from './adapters.js';
+export * as commands from './commands.js';
+export { ALGOS } from './commands.js';
+export { RLError } from './errors.js';
+export * as headers from './headers.js';
+export { commonSlot, durationArg, keySlot, parseDuration } from './wire.js';

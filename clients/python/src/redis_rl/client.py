@@ -190,6 +190,9 @@ class AsyncClient(_Base):
 
     async def execute(self, request: Request) -> Any:
         args = request.args()
+        if self.cluster:
+            # the asyncio cluster client learns its slot map on first use, not at construction
+            await self.redis.initialize()
         target = self._target(request)
         try:
             if self._modes.current is None:

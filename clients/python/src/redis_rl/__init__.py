@@ -1,7 +1,7 @@
 """redis-rl: typed commands of the redis-rl module over redis-py, sync and asyncio."""
 
 from .client import MODULE, SCRIPT, AsyncClient, Client
-from .commands import (Acquire, Admit, Grant, Info, Multi, Release, Renew, Request, Rule, Settle,
+from .commands import (Acquire, Admit, Grant, Info, Multi, Raw, Release, Renew, Request, Rule, Settle,
                        Throttle, duration_arg, key_slot)
 from .errors import InvalidRequest, Refused, RLError, Unavailable, UnexpectedReply
 from .replies import (Acquisition, Admission, GrantDecision, KeyInfo, MultiDecision, RuleOutcome,
@@ -9,7 +9,7 @@ from .replies import (Acquisition, Admission, GrantDecision, KeyInfo, MultiDecis
 
 __all__ = [
     "MODULE", "SCRIPT", "AsyncClient", "Client",
-    "Acquire", "Admit", "Grant", "Info", "Multi", "Release", "Renew", "Request", "Rule", "Settle",
+    "Acquire", "Admit", "Grant", "Info", "Multi", "Raw", "Release", "Renew", "Request", "Rule", "Settle",
     "Throttle", "duration_arg", "key_slot",
     "InvalidRequest", "Refused", "RLError", "Unavailable", "UnexpectedReply",
     "Acquisition", "Admission", "GrantDecision", "KeyInfo", "MultiDecision", "RuleOutcome",

@@ -306,3 +306,29 @@ class Throttle(Request):
 
     def parse(self, reply: Any) -> replies.ThrottleDecision:
         return replies.throttle_decision(reply)
+
+
+@dataclass
+class Raw(Request):
+    """Any command of the module by its arguments (name first), its reply unparsed: keys are
+    argument 1, or for RL.MULTI the `numkeys` arguments after `numkeys` (SPEC section 5)."""
+
+    command: Sequence[Any]
+
+    def args(self) -> List[Any]:
+        return list(self.command)
+
+    def keys(self) -> List[bytes]:
+        name = str(self.command[0]).upper()
+        if name == "RL.MULTI":
+            try:
+                n = int(self.command[1])
+            except (IndexError, ValueError):
+                raise InvalidRequest("RL.MULTI needs numkeys") from None
+            return [to_bytes(k) for k in self.command[2:2 + n]]
+        if len(self.command) < 2:
+            raise InvalidRequest(f"{name} needs a key")
+        return [to_bytes(self.command[1])]
+
+    def parse(self, reply: Any) -> Any:
+        return reply

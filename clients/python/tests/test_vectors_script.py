@@ -1,0 +1,103 @@
+"""The shared vectors in script mode: a server without the module, every command sent as EVALSHA
+of the rl.lua the package ships (clients/SPEC.md section 5). A command the shipped script does
+not have yet is skipped with the script's own refusal as the reason."""
+
+import pytest
+import redis
+import redis.asyncio
+
+import redis_rl
+from redis_rl.client import load_script
+
+import vectors
+
+VECTORS = vectors.load()
+
+pytestmark = pytest.mark.skipif(load_script() is None, reason="this build ships no rl.lua")
+
+
+def _ids():
+    return [f"{v['file']}:{i}:{v['name']}" for i, v in enumerate(VECTORS)]
+
+
+def _lacking(exc):
+    text = str(exc)
+    if text.startswith("ERR unknown command") and "rl.lua" in text:
+        pytest.skip(f"the shipped rl.lua lacks it: {text}")
+
+
+def _setup(conn, client, vector, prefix):
+    for cmd in vectors.subst(vector["setup"], prefix):
+        try:
+            if cmd[0].upper().startswith(("RL.", "CL.")):
+                client.execute(redis_rl.Raw(cmd))
+            else:
+                conn.execute_command(*cmd)
+        except (redis_rl.Refused, redis.exceptions.ResponseError) as exc:
+            _lacking(exc)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("vector", VECTORS, ids=_ids())
+def test_vector_in_script_mode(plain_server, vector, protocol):
+    prefix = vectors.fresh_prefix()
+    req = vectors.request(vectors.subst(vector["request"], prefix))
+    with redis.Redis(port=plain_server.port, protocol=protocol) as conn:
+        client = redis_rl.Client(conn)
+        if "client_error" in vector:
+            with pytest.raises(redis_rl.InvalidRequest):
+                client.execute(req)
+            return
+        _setup(conn, client, vector, prefix)
+        try:
+            decision = client.execute(req)
+        except redis_rl.Refused as exc:
+            _lacking(exc)
+            assert "error" in vector, exc
+            assert str(exc) == vectors.subst(vector["error"], prefix)
+            return
+        assert client.mode == redis_rl.SCRIPT
+        assert "error" not in vector, decision
+        expected = vectors.subst(vector["decision"], prefix)
+        assert vectors.matches(expected, vectors.as_json(decision)), (expected, decision)
+        if "headers" in vector:
+            got = vectors.rendered(vector, req, decision)
+            assert {k: got.get(k) for k in vector["headers"]} == vector["headers"]
+
+
+def test_noscript_reloads_and_retries_once(plain_server):
+    with redis.Redis(port=plain_server.port) as conn:
+        client = redis_rl.Client(conn)
+        assert client.admit("noscript:k", 3, 3600).remaining == 2
+        conn.script_flush()
+        assert client.admit("noscript:k", 3, 3600).remaining == 1
+        assert client.mode == redis_rl.SCRIPT
+
+
+def test_mode_is_logged_once_and_reported(plain_server, server, caplog):
+    seen = []
+    with redis.Redis(port=plain_server.port) as conn:
+        client = redis_rl.Client(conn)
+        client.on_mode(seen.append)
+        with caplog.at_level("INFO", logger="redis_rl"):
+            for _ in range(3):
+                client.admit("mode:k", 10, 60)
+    assert seen == ["script"]
+    assert [r.getMessage() for r in caplog.records].count("redis-rl store mode: script") == 1
+    with redis.Redis(port=server.port) as conn:
+        client = redis_rl.Client(conn)
+        client.admit("mode:k", 10, 60)
+        assert client.mode == redis_rl.MODULE
+
+
+async def test_async_script_mode(plain_server):
+    conn = redis.asyncio.Redis(port=plain_server.port, protocol=3)
+    try:
+        client = redis_rl.AsyncClient(conn)
+        first = await client.admit("async:script", 2, 3600)
+        second = await client.admit("async:script", 2, 3600)
+        third = await client.admit("async:script", 2, 3600)
+        assert [first.allowed, second.allowed, third.allowed] == [True, True, False]
+        assert client.mode == redis_rl.SCRIPT
+    finally:
+        await conn.aclose()

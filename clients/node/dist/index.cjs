@@ -22,6 +22,9 @@ __export(index_exports, {
   ALGOS: () => ALGOS,
   RL: () => RL,
   RLError: () => RLError,
+  RLStore: () => RLStore,
+  RateLimiterRL: () => RateLimiterRL,
+  RateLimiterRes: () => RateLimiterRes,
   SCRIPT_PATH: () => SCRIPT_PATH,
   TimeoutError: () => TimeoutError,
   adapt: () => adapt,
@@ -667,11 +670,292 @@ function retryAfterSeconds(maxRetryMs, jitter, u) {
   const extra = share > 0 ? Math.floor(maxRetryMs * share) : 0;
   return Math.ceil((maxRetryMs + extra) / 1e3);
 }
+
+// src/express-rate-limit.js
+var import_node_crypto2 = require("node:crypto");
+var SETTLEABLE = /* @__PURE__ */ new Set(["gcra", "bucket"]);
+function clusterAdapter(sendCommandCluster) {
+  return {
+    async send(name, args, firstKey) {
+      try {
+        return await sendCommandCluster({ key: firstKey, isReadOnly: false, command: [name, ...args] });
+      } catch (err) {
+        throw classify(err);
+      }
+    }
+  };
+}
+var RLStore = class {
+  // Options: `sendCommand(...args)` or `sendCommandCluster({ key, isReadOnly, command })` as for
+  // rate-limit-redis, or `client` (an ioredis/node-redis client or cluster, or an RL); `prefix`
+  // (default `rl:`); `algo` (default `gcra`); `burst` (gcra and bucket: what an idle key admits
+  // at once, default the limit); `timeout` (ms per store call).
+  constructor(options = {}) {
+    const { sendCommand, sendCommandCluster, client } = options;
+    if ([sendCommand, sendCommandCluster, client].filter(Boolean).length !== 1) {
+      throw new TypeError("RLStore: give exactly one of sendCommand, sendCommandCluster or client");
+    }
+    if (client instanceof RL) this.rl = client;
+    else {
+      const store = sendCommand ? fromSendCommand(sendCommand) : sendCommandCluster ? clusterAdapter(sendCommandCluster) : client;
+      this.rl = new RL(store, { timeout: options.timeout, logger: options.logger });
+    }
+    this.prefix = options.prefix ?? "rl:";
+    this.algo = options.algo ?? "gcra";
+    this.burst = options.burst;
+    this.localKeys = false;
+    this.reservations = /* @__PURE__ */ new Map();
+    this.refusedPending = /* @__PURE__ */ new Map();
+  }
+  init(options) {
+    this.windowMs = options.windowMs;
+    this.limit = options.limit ?? options.max;
+    this.reserving = Boolean(options.skipFailedRequests || options.skipSuccessfulRequests) && SETTLEABLE.has(this.algo);
+    this.refusedDecrement = Boolean(options.skipFailedRequests);
+    if (typeof this.limit !== "number") {
+      throw new TypeError("RLStore needs a numeric limit: a limit function cannot be a rule of the store");
+    }
+  }
+  prefixKey(key2) {
+    return `${this.prefix}${key2}`;
+  }
+  async get(key2) {
+    const info2 = await this.rl.info(this.prefixKey(key2));
+    if (info2 === null) return void 0;
+    return { totalHits: Math.max(0, info2.capacity - info2.remaining), resetTime: new Date(Date.now() + info2.reset_after_ms) };
+  }
+  async increment(key2) {
+    const k = this.prefixKey(key2);
+    const now = Date.now();
+    const id = this.reserving ? (0, import_node_crypto2.randomBytes)(16).toString("hex") : null;
+    const d = await this.rl.admit({
+      key: k,
+      limit: this.limit,
+      period: this.windowMs,
+      burst: this.burst,
+      algo: this.algo === "gcra" ? void 0 : this.algo,
+      reserve: id ? { id, keep: this.windowMs } : void 0
+    });
+    if (!d.allowed) {
+      if (this.refusedDecrement) this.refusedPending.set(k, (this.refusedPending.get(k) ?? 0) + 1);
+      return { totalHits: d.capacity + 1, resetTime: new Date(now + d.retry_after_ms) };
+    }
+    if (id) {
+      const list = this.reservations.get(k) ?? [];
+      while (list.length && list[0].until <= now) list.shift();
+      list.push({ id, until: now + this.windowMs });
+      this.reservations.set(k, list);
+    }
+    return { totalHits: d.capacity - d.remaining, resetTime: new Date(now + d.reset_after_ms) };
+  }
+  // Refunds one admission of the key (RL.SETTLE ... 0); a refused request's decrement refunds
+  // nothing, as nothing was spent.
+  async decrement(key2) {
+    const k = this.prefixKey(key2);
+    const pending = this.refusedPending.get(k) ?? 0;
+    if (pending > 0) {
+      if (pending === 1) this.refusedPending.delete(k);
+      else this.refusedPending.set(k, pending - 1);
+      return;
+    }
+    const list = this.reservations.get(k);
+    const r = list?.pop();
+    if (list && list.length === 0) this.reservations.delete(k);
+    if (r) await this.rl.settle(k, r.id, 0);
+  }
+  async resetKey(key2) {
+    const k = this.prefixKey(key2);
+    this.reservations.delete(k);
+    this.refusedPending.delete(k);
+    await this.rl.adapter.send("DEL", [k], k);
+  }
+};
+
+// src/rate-limiter-flexible.js
+var import_node_crypto3 = require("node:crypto");
+var RateLimiterRes = class {
+  constructor(remainingPoints = 0, msBeforeNext = 0, consumedPoints = 0, isFirstInDuration = false) {
+    this.remainingPoints = remainingPoints;
+    this.msBeforeNext = msBeforeNext;
+    this.consumedPoints = consumedPoints;
+    this.isFirstInDuration = Boolean(isFirstInDuration);
+  }
+  toJSON() {
+    return {
+      remainingPoints: this.remainingPoints,
+      msBeforeNext: this.msBeforeNext,
+      consumedPoints: this.consumedPoints,
+      isFirstInDuration: this.isFirstInDuration
+    };
+  }
+  toString() {
+    return JSON.stringify(this.toJSON());
+  }
+};
+var KEPT_PER_KEY = 16;
+var RateLimiterRL = class {
+  // Options: `storeClient` (an ioredis/iovalkey/node-redis client or cluster, an adapter, a
+  // sendCommand function, or an RL), `points` (default 4), `duration` (seconds, default 1),
+  // `keyPrefix` (default `rlflx`), `blockDuration` (seconds a refused key stays refused in this
+  // process, default 0), `insuranceLimiter`, `timeout` (ms per store call), `algo` (gcra or
+  // bucket).
+  constructor(options = {}) {
+    this.rl = options.storeClient instanceof RL ? options.storeClient : new RL(options.storeClient, { timeout: options.timeout, logger: options.logger });
+    this.points = options.points ?? 4;
+    this.duration = options.duration ?? 1;
+    if (!(this.duration > 0)) throw new TypeError("RateLimiterRL: duration must be a positive number of seconds");
+    this.keyPrefix = options.keyPrefix ?? "rlflx";
+    this.blockDuration = options.blockDuration ?? 0;
+    this.insuranceLimiter = options.insuranceLimiter;
+    this.algo = options.algo;
+    this.reservations = /* @__PURE__ */ new Map();
+    this.blocked = /* @__PURE__ */ new Map();
+  }
+  getKey(key2) {
+    return this.keyPrefix ? `${this.keyPrefix}:${key2}` : String(key2);
+  }
+  rule(k, cost, id) {
+    return {
+      key: k,
+      limit: this.points,
+      period: Math.round(this.duration * 1e3),
+      cost,
+      algo: this.algo,
+      reserve: id && { id, keep: Math.round(this.duration * 1e3) }
+    };
+  }
+  // A store failure goes to the insurance limiter when there is one, else rejects unchanged.
+  async insured(method, args, err) {
+    if (this.insuranceLimiter && err?.isUnavailable) return this.insuranceLimiter[method](...args);
+    throw err;
+  }
+  blockedFor(k) {
+    const until = this.blocked.get(k);
+    if (until === void 0) return 0;
+    const left = until - Date.now();
+    if (left <= 0) this.blocked.delete(k);
+    return Math.max(0, left);
+  }
+  async consume(key2, points = 1, options = {}) {
+    const k = this.getKey(key2);
+    const blockedMs = this.blockedFor(k);
+    if (blockedMs > 0) throw new RateLimiterRes(0, blockedMs, this.points + points);
+    const id = (0, import_node_crypto3.randomBytes)(12).toString("hex");
+    let d;
+    try {
+      d = await this.rl.admit(this.rule(k, points, id));
+    } catch (err) {
+      return this.insured("consume", [key2, points, options], err);
+    }
+    const consumed = d.capacity - d.remaining;
+    if (!d.allowed) {
+      if (this.blockDuration > 0) this.blocked.set(k, Date.now() + this.blockDuration * 1e3);
+      const wait = this.blockDuration > 0 ? Math.max(d.retry_after_ms, this.blockDuration * 1e3) : d.retry_after_ms;
+      throw new RateLimiterRes(d.remaining, wait, consumed + points);
+    }
+    const list = this.reservations.get(k) ?? [];
+    list.push({ id, estimate: points, until: Date.now() + this.duration * 1e3 });
+    if (list.length > KEPT_PER_KEY) list.shift();
+    this.reservations.set(k, list);
+    return new RateLimiterRes(d.remaining, d.reset_after_ms, consumed, consumed === points);
+  }
+  liveReservation(k) {
+    const list = this.reservations.get(k);
+    const now = Date.now();
+    while (list?.length) {
+      const r = list.pop();
+      if (r.until > now) return r;
+    }
+    this.reservations.delete(k);
+    return null;
+  }
+  // Spends `points` more: the latest reservation settles at its estimate plus them, or a new
+  // one of 1 unit settles at 1 + points (a debit stops at the module's debt floor).
+  async penalty(key2, points = 1) {
+    const k = this.getKey(key2);
+    try {
+      let r = this.liveReservation(k);
+      if (!r) {
+        const id = (0, import_node_crypto3.randomBytes)(12).toString("hex");
+        const d = await this.rl.admit(this.rule(k, 1, id));
+        if (!d.allowed) return new RateLimiterRes(0, d.retry_after_ms, this.points);
+        r = { id, estimate: 1 };
+      }
+      const s = await this.rl.settle(k, r.id, r.estimate + points);
+      return this.afterSettle(k, s);
+    } catch (err) {
+      return this.insured("penalty", [key2, points], err);
+    }
+  }
+  // Gives `points` back, from the key's latest reservations (never more than they spent).
+  async reward(key2, points = 1) {
+    const k = this.getKey(key2);
+    let left = points;
+    let s = null;
+    try {
+      while (left > 0) {
+        const r = this.liveReservation(k);
+        if (!r) break;
+        const back = Math.min(left, r.estimate);
+        s = await this.rl.settle(k, r.id, r.estimate - back);
+        left -= back;
+      }
+      return this.afterSettle(k, s);
+    } catch (err) {
+      return this.insured("reward", [key2, points], err);
+    }
+  }
+  async afterSettle(k, settled) {
+    if (settled === null) return this.resOf(await this.rl.info(k));
+    const info2 = await this.rl.info(k);
+    return info2 ? this.resOf(info2) : new RateLimiterRes(settled.remaining, 0, this.points - settled.remaining);
+  }
+  resOf(info2) {
+    if (info2 === null) return new RateLimiterRes(this.points, 0, 0);
+    return new RateLimiterRes(info2.remaining, info2.reset_after_ms, Math.max(0, info2.capacity - info2.remaining));
+  }
+  async get(key2) {
+    const k = this.getKey(key2);
+    try {
+      const info2 = await this.rl.info(k);
+      return info2 === null ? null : this.resOf(info2);
+    } catch (err) {
+      return this.insured("get", [key2], err);
+    }
+  }
+  // Refuses the key for `secDuration` seconds in this process, and spends what the store key
+  // has left, so other processes refuse it until it refills.
+  async block(key2, secDuration) {
+    const k = this.getKey(key2);
+    this.blocked.set(k, Date.now() + secDuration * 1e3);
+    try {
+      const info2 = await this.rl.info(k);
+      const left = info2 === null ? this.points : info2.remaining;
+      if (left > 0) await this.rl.admit(this.rule(k, left));
+    } catch (err) {
+      return this.insured("block", [key2, secDuration], err);
+    }
+    return new RateLimiterRes(0, secDuration * 1e3, this.points + 1);
+  }
+  async delete(key2) {
+    const k = this.getKey(key2);
+    this.blocked.delete(k);
+    this.reservations.delete(k);
+    try {
+      return await this.rl.adapter.send("DEL", [k], k) > 0;
+    } catch (err) {
+      return this.insured("delete", [key2], err);
+    }
+  }
+};
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
   ALGOS,
   RL,
   RLError,
+  RLStore,
+  RateLimiterRL,
+  RateLimiterRes,
   SCRIPT_PATH,
   TimeoutError,
   adapt,

@@ -5,3 +5,5 @@ export { ALGOS } from './commands.js';
 export { RLError } from './errors.js';
 export * as headers from './headers.js';
 export { commonSlot, durationArg, keySlot, parseDuration } from './wire.js';
+export { RLStore } from './express-rate-limit.js';
+export { RateLimiterRL, RateLimiterRes } from './rate-limiter-flexible.js';

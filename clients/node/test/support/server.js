@@ -104,9 +104,13 @@ export class Server {
     while (!(await ping(this.port))) await sleep(20);
   }
 
-  ioredis(options = {}) {
-    return new Redis({ port: this.port, host: '127.0.0.1', enableOfflineQueue: false, maxRetriesPerRequest: 0,
-      lazyConnect: false, ...options });
+  // An ioredis client as a posture needs it (no offline queue, no retries), once connected.
+  async ioredis(options = {}) {
+    const client = new Redis({ port: this.port, host: '127.0.0.1', enableOfflineQueue: false, maxRetriesPerRequest: 0,
+      ...options });
+    client.on('error', () => {});
+    await new Promise((r) => client.once('ready', r));
+    return client;
   }
 }
 
@@ -116,7 +120,7 @@ export class Cluster {
     const extra = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'];
     const nodes = [];
     for (let i = 0; i < 3; i++) nodes.push(await Server.start(extra));
-    const admins = nodes.map((n) => n.ioredis({ enableOfflineQueue: true }));
+    const admins = await Promise.all(nodes.map((n) => n.ioredis()));
     const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
     await Promise.all(admins.map((a, i) => a.call('CLUSTER', 'ADDSLOTSRANGE', ranges[i][0], ranges[i][1])));
     for (let i = 1; i < 3; i++) await admins[i].call('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);

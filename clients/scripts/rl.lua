@@ -619,7 +619,7 @@ local function decide_window(l, rule, cost, now)
     local after = allowed and count + cost or count
     local to_end = ws + rule.period - now
     local d = {
-      allowed = allowed, remaining = rule.limit - after, capacity = rule.limit,
+      allowed = allowed, remaining = math.max(rule.limit - after, 0), capacity = rule.limit,
       retry = allowed and 0 or to_end, reset = after == 0 and 0 or to_end,
     }
     return d, function()
@@ -914,6 +914,366 @@ commands['RL.ADMIT'] = function(args)
     save(key, l)
   end
   return decision_reply(d)
+end
+
+local function parse_grant(args)
+  if #args < 5 then
+    arity('RL.GRANT')
+  end
+  local opts = {}
+  local want, ttl
+  local i = 4
+  while i <= #args do
+    local token = args[i]
+    local taken = take_rule_option(opts, args, i)
+    if taken > 0 then
+      i = i + taken
+    else
+      local v = args[i + 1]
+      if is(token, 'WANT') then
+        if v == nil then
+          fail('ERR WANT needs a value')
+        end
+        local n = parse_count(v, 'WANT', 1, MAX_COUNT)
+        if want ~= nil then
+          fail('ERR WANT given more than once')
+        end
+        want = n
+      elseif is(token, 'TTL') then
+        if v == nil then
+          fail('ERR TTL needs a value')
+        end
+        local n = parse_duration(v, 'TTL', MAX_TTL_US, '1d')
+        if ttl ~= nil then
+          fail('ERR TTL given more than once')
+        end
+        ttl = n
+      else
+        fail('ERR syntax error near \'' .. printable(token) .. '\'')
+      end
+      i = i + 2
+    end
+  end
+  if opts.cost ~= nil then
+    fail('ERR syntax error near \'COST\'')
+  end
+  if want == nil then
+    fail('ERR WANT is required')
+  end
+  local rule = build_rule(opts, args[2], args[3])
+  return rule, want, ttl or S
+end
+
+commands['RL.GRANT'] = function(args)
+  local rule, want, ttl = parse_grant(args)
+  local key = args[1]
+  check_key(key, 1)
+  local l = load(key) or fresh(rule)
+  local now = now_us()
+  local available = decide(l, rule, 0, now).remaining
+  local granted = math.min(available, want)
+  local remaining, retry = available, 0
+  if granted > 0 then
+    local d, spend = decide(l, rule, granted, now)
+    remaining = d.remaining
+    spend()
+    save(key, l)
+  else
+    retry = decide(l, rule, 1, now).retry
+  end
+  local valid = ttl
+  if rule.algo == 'window' then
+    local at = math.max(now, time_floor(l))
+    local to_end = window_start(at, rule.period) + rule.period - now
+    if to_end < 0 then
+      to_end = 0
+    end
+    valid = math.min(ttl, to_end)
+  end
+  return { granted, remaining, floor(valid / MS), ms_up(retry) }
+end
+
+commands['RL.SETTLE'] = function(args)
+  if #args ~= 3 then
+    arity('RL.SETTLE')
+  end
+  local key = args[1]
+  local id = parse_id(args[2], 'id')
+  local actual = parse_count(args[3], 'actual', 0, MAX_COUNT)
+  check_key(key, 1)
+  local l = load(key)
+  if l == nil or FAMILY[l.algo] ~= 'rate' then
+    return false
+  end
+  local now = now_us()
+  local r = get_reservation(key, id, now)
+  if r == nil then
+    return false
+  end
+  if r.delta then
+    return { r.delta, r.settled }
+  end
+  local delta = actual - r.estimate
+  local rule = l.rule
+  local at = math.max(now, time_floor(l))
+  local w, t = level_at(l, at)
+  -- level - delta tokens, clamped to [-capacity, capacity].
+  local aw, at_ = w - delta, t
+  local clamped = false
+  if aw > rule.burst or (aw == rule.burst and at_ > 0) then
+    aw, at_, clamped = rule.burst, 0, true
+  elseif aw < -rule.burst then
+    aw, at_, clamped = -rule.burst, 0, true
+  end
+  local applied = delta
+  if clamped then
+    -- (level - after) / token, rounded toward zero.
+    local dw, dt = lnorm(w - aw, t - at_, rule.period)
+    applied = (dw < 0 and dt > 0) and dw + 1 or dw
+  end
+  set_level(l, l.algo, rule, aw, at_, at)
+  local s = { delta = applied, remaining = aw > 0 and aw or 0 }
+  prune_reservations(key, now)
+  r.delta, r.settled = s.delta, s.remaining
+  put_reservation(key, id, r)
+  save(key, l)
+  return { s.delta, s.remaining }
+end
+
+---------------------------------------------------------------------------------------------
+-- Semaphores: h:<holder> = lease expiry (us); x = holders handed out (for generated ids).
+
+local function leases(key)
+  local all = redis.call('HGETALL', key)
+  local out = {}
+  for i = 1, #all, 2 do
+    if all[i]:sub(1, 2) == 'h:' then
+      out[#out + 1] = { all[i]:sub(3), tonumber(all[i + 1]) }
+    end
+  end
+  return out
+end
+
+local function load_semaphore(key, rule)
+  local l = load(key)
+  if l == nil then
+    if rule == nil then
+      return nil
+    end
+    l = fresh(rule)
+  elseif l.algo ~= 'semaphore' then
+    mismatch(l.algo, 'semaphore')
+  end
+  l.leases = l.fresh and {} or leases(key)
+  return l
+end
+
+-- Drops the expired leases and writes the key, or deletes it when no lease is left.
+local function save_semaphore(key, l, now)
+  local latest = 0
+  for _, lease in ipairs(l.leases) do
+    if lease[2] <= now then
+      redis.call('HDEL', key, 'h:' .. lease[1])
+    elseif lease[2] > latest then
+      latest = lease[2]
+    end
+  end
+  if latest == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  l.until_us = latest
+  save(key, l)
+end
+
+local function parse_lease(s)
+  return parse_duration(s, 'lease', MAX_PERIOD_US, '3650d')
+end
+
+commands['RL.ACQUIRE'] = function(args)
+  if #args < 3 then
+    arity('RL.ACQUIRE')
+  end
+  local key = args[1]
+  local capacity = parse_count(args[2], 'capacity', 1, MAX_SEMAPHORE)
+  local lease = parse_lease(args[3])
+  local holder
+  if #args > 3 then
+    local token = args[4]
+    if #args == 5 and is(token, 'ID') then
+      holder = parse_id(args[5], 'holder')
+    elseif #args == 4 and is(token, 'ID') then
+      fail('ERR ID needs a value')
+    else
+      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+    end
+  end
+  check_key(key, 1)
+  local rule = { algo = 'semaphore', limit = capacity, period = lease, burst = capacity }
+  local l = load_semaphore(key, rule)
+  local now = now_us()
+  local live, earliest, held = 0, nil, nil
+  for i, ls in ipairs(l.leases) do
+    if ls[2] > now then
+      live = live + 1
+      if earliest == nil or ls[2] < earliest then
+        earliest = ls[2]
+      end
+      if ls[1] == holder then
+        held = i
+      end
+    end
+  end
+  if not held and live >= capacity then
+    return { 0, holder or false, live, ms_up(earliest and earliest - now or 0) }
+  end
+  if holder == nil then
+    holder = format('%x-%x', now, l.seq)
+  end
+  local expiry = now + lease
+  redis.call('HSET', key, 'h:' .. holder, int(expiry))
+  if held then
+    l.leases[held][2] = expiry
+  else
+    l.leases[#l.leases + 1] = { holder, expiry }
+    l.seq = l.seq + 1
+    live = live + 1
+  end
+  l.rule = rule
+  save_semaphore(key, l, now)
+  return { 1, holder, live, 0 }
+end
+
+-- RL.RELEASE (lease nil) and RL.RENEW: 1 when the holder held a live lease.
+local function change_lease(key, holder, lease)
+  local l = load_semaphore(key, nil)
+  if l == nil then
+    return 0
+  end
+  local now = now_us()
+  local held
+  for i, ls in ipairs(l.leases) do
+    if ls[1] == holder and ls[2] > now then
+      held = i
+    end
+  end
+  if not held then
+    return 0
+  end
+  if lease == nil then
+    redis.call('HDEL', key, 'h:' .. holder)
+    table.remove(l.leases, held)
+  else
+    l.leases[held][2] = now + lease
+    redis.call('HSET', key, 'h:' .. holder, int(now + lease))
+  end
+  save_semaphore(key, l, now)
+  return 1
+end
+
+commands['RL.RELEASE'] = function(args)
+  if #args ~= 2 then
+    arity('RL.RELEASE')
+  end
+  local holder = parse_id(args[2], 'holder')
+  check_key(args[1], 1)
+  return change_lease(args[1], holder, nil)
+end
+
+commands['RL.RENEW'] = function(args)
+  if #args ~= 3 then
+    arity('RL.RENEW')
+  end
+  local holder = parse_id(args[2], 'holder')
+  local lease = parse_lease(args[3])
+  check_key(args[1], 1)
+  return change_lease(args[1], holder, lease)
+end
+
+---------------------------------------------------------------------------------------------
+-- RL.MULTI: every rule decided at one instant, all spent or none.
+
+commands['RL.MULTI'] = function(args)
+  if #args < 6 then
+    arity('RL.MULTI')
+  end
+  local n = parse_count(args[1], 'numkeys', 1, 32)
+  if #args < 1 + n then
+    arity('RL.MULTI')
+  end
+  local keys = {}
+  for i = 1, n do
+    keys[i] = args[1 + i]
+  end
+  for i = 1, n do
+    for j = i + 1, n do
+      if keys[i] == keys[j] then
+        fail('ERR key \'' .. printable(keys[i]) .. '\' given more than once')
+      end
+    end
+  end
+  local rules, dry = {}, false
+  local i = n + 2
+  while i <= #args do
+    local token = args[i]
+    if is(token, 'DRYRUN') then
+      if dry then
+        fail('ERR DRYRUN given more than once')
+      end
+      dry = true
+      i = i + 1
+    elseif not is(token, 'RULE') then
+      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+    else
+      local rname, limit, period = args[i + 1], args[i + 2], args[i + 3]
+      if period == nil then
+        fail('ERR RULE needs a name, a limit and a period')
+      end
+      i = i + 4
+      local opts = {}
+      while i <= #args do
+        local taken = take_rule_option(opts, args, i)
+        if taken == 0 then
+          break
+        end
+        i = i + taken
+      end
+      local rule, cost = build_rule(opts, limit, period)
+      rules[#rules + 1] = { name = rname, rule = rule, cost = cost }
+    end
+  end
+  if #rules ~= n then
+    fail('ERR numkeys is ' .. int(n) .. ' but ' .. int(#rules) .. ' RULE clauses were given')
+  end
+  for k = 1, n do
+    check_key(keys[k], k)
+  end
+  local now = now_us()
+  local limiters = {}
+  for k = 1, n do
+    limiters[k] = load(keys[k]) or fresh(rules[k].rule)
+  end
+  local decisions, spends, allowed = {}, {}, true
+  for k = 1, n do
+    decisions[k], spends[k] = decide(limiters[k], rules[k].rule, rules[k].cost, now)
+    allowed = allowed and decisions[k].allowed
+  end
+  if allowed and not dry then
+    for k = 1, n do
+      spends[k]()
+      save(keys[k], limiters[k])
+    end
+  end
+  local denied_by, retry, records = false, 0, {}
+  for k = 1, n do
+    local d = decisions[k]
+    if not d.allowed then
+      denied_by = denied_by or rules[k].name
+      retry = math.max(retry, ms_up(d.retry))
+    end
+    records[k] = { rules[k].name, d.remaining, ms_up(d.reset) }
+  end
+  return { allowed and 1 or 0, denied_by, retry, records }
 end
 
 ---------------------------------------------------------------------------------------------

@@ -104,9 +104,18 @@ pub fn keyslots(c: &mut Connection, keys: &[String]) -> Vec<i64> {
 impl Cluster {
     /// Three primaries, all slots assigned, every node `cluster_state:ok` and agreeing on the map.
     pub fn start() -> Cluster {
+        Cluster::start_nodes(Server::start_with)
+    }
+
+    /// The same cluster without the module, whatever `RL_MODE` says (the scripts' tests).
+    pub fn start_plain() -> Cluster {
+        Cluster::start_nodes(Server::start_plain)
+    }
+
+    fn start_nodes(start: fn(&[&str]) -> Server) -> Cluster {
         let nodes: Vec<Server> = (0..3)
             .map(|_| {
-                Server::start_with(&[
+                start(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",

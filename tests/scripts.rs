@@ -1,0 +1,608 @@
+//! Script mode (`clients/scripts/rl.lua`, `clients/SPEC.md` section 5) against the module: the
+//! shared vectors on a server without the module, a differential run of random command
+//! sequences on one server of each mode, and the script on a cluster.
+
+mod common;
+
+use common::cluster::Cluster;
+use common::{cmd, error_text, Connection, Rng, Server, Value};
+
+const SCRIPT: &str = include_str!("../clients/scripts/rl.lua");
+const VECTORS: &str = include_str!("../clients/vectors/commands.json");
+
+/// The keys of a module command, as the calling convention declares them.
+fn keys_of(args: &[String]) -> Vec<String> {
+    if args[0].eq_ignore_ascii_case("RL.MULTI") {
+        let n: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+        return args.iter().skip(2).take(n).cloned().collect();
+    }
+    args.get(1).into_iter().cloned().collect()
+}
+
+/// Sends `args` as the script's call (module commands) or as they are (anything else).
+fn script_call(c: &mut Connection, sha: &str, args: &[String]) -> redis::RedisResult<Value> {
+    if !args[0].to_ascii_uppercase().starts_with("RL.") {
+        let mut command = cmd(&args[0]);
+        command.arg(&args[1..]);
+        return command.query(c);
+    }
+    let keys = keys_of(args);
+    let mut command = cmd("EVALSHA");
+    command.arg(sha).arg(keys.len()).arg(&keys).arg(args);
+    command.query(c)
+}
+
+fn module_call(c: &mut Connection, args: &[String]) -> redis::RedisResult<Value> {
+    let mut command = cmd(&args[0]);
+    command.arg(&args[1..]);
+    command.query(c)
+}
+
+fn load_script(c: &mut Connection) -> String {
+    cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SCRIPT)
+        .query(c)
+        .expect("SCRIPT LOAD")
+}
+
+// ---------------------------------------------------------------------------------------------
+// A small JSON reader for the vectors (the module crate has no JSON dependency).
+
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Num(i64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+impl Json {
+    fn get(&self, name: &str) -> Option<&Json> {
+        match self {
+            Json::Obj(fields) => fields.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn str(&self) -> &str {
+        match self {
+            Json::Str(s) => s,
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    fn arr(&self) -> &[Json] {
+        match self {
+            Json::Arr(a) => a,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+}
+
+struct Reader<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Reader<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) {
+        self.ws();
+        assert_eq!(self.s[self.i], b, "JSON: expected {} at {}", b as char, self.i);
+        self.i += 1;
+    }
+
+    fn string(&mut self) -> String {
+        self.eat(b'"');
+        let mut out = String::new();
+        loop {
+            let b = self.s[self.i];
+            self.i += 1;
+            match b {
+                b'"' => return out,
+                b'\\' => {
+                    let e = self.s[self.i];
+                    self.i += 1;
+                    match e {
+                        b'n' => out.push('\n'),
+                        b't' => out.push('\t'),
+                        b'r' => out.push('\r'),
+                        b'u' => {
+                            let hex = std::str::from_utf8(&self.s[self.i..self.i + 4]).unwrap();
+                            self.i += 4;
+                            let code = u32::from_str_radix(hex, 16).unwrap();
+                            out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+                        }
+                        other => out.push(other as char),
+                    }
+                }
+                _ => {
+                    // Copy a UTF-8 sequence whole.
+                    let start = self.i - 1;
+                    let mut end = self.i;
+                    while end < self.s.len() && (self.s[end] & 0xC0) == 0x80 {
+                        end += 1;
+                    }
+                    out.push_str(std::str::from_utf8(&self.s[start..end]).unwrap());
+                    self.i = end;
+                }
+            }
+        }
+    }
+
+    fn value(&mut self) -> Json {
+        self.ws();
+        match self.s[self.i] {
+            b'{' => {
+                self.i += 1;
+                let mut fields = Vec::new();
+                self.ws();
+                if self.s[self.i] == b'}' {
+                    self.i += 1;
+                    return Json::Obj(fields);
+                }
+                loop {
+                    let k = self.string();
+                    self.eat(b':');
+                    fields.push((k, self.value()));
+                    self.ws();
+                    self.i += 1;
+                    if self.s[self.i - 1] == b'}' {
+                        return Json::Obj(fields);
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.s[self.i] == b']' {
+                    self.i += 1;
+                    return Json::Arr(items);
+                }
+                loop {
+                    items.push(self.value());
+                    self.ws();
+                    self.i += 1;
+                    if self.s[self.i - 1] == b']' {
+                        return Json::Arr(items);
+                    }
+                }
+            }
+            b'"' => Json::Str(self.string()),
+            b't' => {
+                self.i += 4;
+                Json::Bool(true)
+            }
+            b'f' => {
+                self.i += 5;
+                Json::Bool(false)
+            }
+            b'n' => {
+                self.i += 4;
+                Json::Null
+            }
+            _ => {
+                let start = self.i;
+                while self.i < self.s.len()
+                    && (self.s[self.i] == b'-' || self.s[self.i].is_ascii_digit())
+                {
+                    self.i += 1;
+                }
+                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
+                Json::Num(text.parse().expect("JSON: integers only"))
+            }
+        }
+    }
+}
+
+fn parse_json(text: &str) -> Json {
+    Reader {
+        s: text.as_bytes(),
+        i: 0,
+    }
+    .value()
+}
+
+/// A RESP2 reply against an expected vector value (`$range`, `$any` included).
+fn matches(got: &Value, want: &Json) -> bool {
+    if let Some(Json::Arr(r)) = want.get("$range") {
+        let (Json::Num(lo), Json::Num(hi)) = (&r[0], &r[1]) else {
+            return false;
+        };
+        return matches!(got, Value::Int(n) if lo <= n && n <= hi);
+    }
+    if want.get("$any").is_some() {
+        return !matches!(got, Value::Nil);
+    }
+    match (got, want) {
+        (Value::Nil, Json::Null) => true,
+        (Value::Int(n), Json::Num(m)) => n == m,
+        (Value::BulkString(b), Json::Str(s)) => b == s.as_bytes(),
+        (Value::SimpleString(a), Json::Str(s)) => a == s,
+        (Value::Okay, Json::Str(s)) => s == "OK",
+        (Value::Array(items), Json::Arr(wants)) => {
+            items.len() == wants.len() && items.iter().zip(wants).all(|(g, w)| matches(g, w))
+        }
+        _ => false,
+    }
+}
+
+fn with_prefix(args: &[Json], prefix: &str) -> Vec<String> {
+    args.iter()
+        .map(|a| a.str().replace("$p", prefix))
+        .collect()
+}
+
+/// Every vector with raw arguments, through the script on a server without the module.
+#[test]
+fn vectors_pass_in_script_mode() {
+    let server = Server::start_plain(&[]);
+    let mut c = server.conn();
+    let sha = load_script(&mut c);
+    let doc = parse_json(VECTORS);
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (n, v) in doc.get("vectors").unwrap().arr().iter().enumerate() {
+        let Some(args) = v.get("args") else { continue };
+        if let Some(Json::Arr(modes)) = v.get("modes") {
+            if !modes.iter().any(|m| m.str() == "script") {
+                continue;
+            }
+        }
+        let name = v.get("name").map_or("?", Json::str).to_string();
+        let prefix = format!("sv{n}");
+        for setup in v.get("setup").map_or(&[][..], Json::arr) {
+            let _ = script_call(&mut c, &sha, &with_prefix(setup.arr(), &prefix));
+        }
+        let args = with_prefix(args.arr(), &prefix);
+        let got = script_call(&mut c, &sha, &args);
+        ran += 1;
+        match (got, v.get("resp2"), v.get("error")) {
+            (Ok(value), Some(want), _) if matches(&value, want) => {}
+            (Err(e), _, Some(want)) if error_text(&e) == want.str().replace("$p", &prefix) => {}
+            (got, want, error) => failures.push(format!(
+                "{name}: {args:?}\n  got  {got:?}\n  want {want:?} {error:?}"
+            )),
+        }
+    }
+    assert!(ran >= 50, "only {ran} vectors ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The differential run.
+
+fn pick<'a>(rng: &mut Rng, items: &[&'a str]) -> &'a str {
+    items[rng.below(items.len() as u64) as usize]
+}
+
+const LIMITS: &[&str] = &["1", "2", "3", "10", "1000"];
+const PERIODS: &[&str] = &["1h", "90m", "1d", "30d", "3650d", "7200s"];
+const ALGOS: &[&str] = &["gcra", "bucket", "window", "sliding", "log"];
+const JUNK: &[&str] = &[
+    "0",
+    "-1",
+    "abc",
+    "",
+    "1x",
+    "10",
+    "99999999999999999999",
+    "9223372036854775808",
+    "1.5",
+    "BURST",
+    "COST",
+    "ALGO",
+    "DRYRUN",
+    "RESERVE",
+    "KEEP",
+    "WANT",
+    "TTL",
+    "ID",
+    "RULE",
+    "leaky",
+    "3651d",
+    "0ms",
+    "\u{1}x",
+];
+
+/// Limit and period for `algo` on key number `key`: rates stay slow (hours and up) so the two
+/// servers, reading their clocks a moment apart, decide the same, and each key keeps one period,
+/// since converting a level to a much longer period magnifies that moment (a microsecond of a
+/// 2 h rule is 44 ms of a 3650 d one).
+fn rate_rule(rng: &mut Rng, algo: &str, key: usize) -> (String, String, Option<String>) {
+    let mut limit = pick(rng, LIMITS).to_string();
+    if algo == "log" && limit.len() > 4 {
+        limit = "10000".into();
+    }
+    let period = PERIODS[key % PERIODS.len()].to_string();
+    let burst = (matches!(algo, "gcra" | "bucket") && rng.below(2) == 0)
+        .then(|| pick(rng, &["1", "5", "20", "1000", "1000000000000000"]).to_string());
+    (limit, period, burst)
+}
+
+fn rule_options(rng: &mut Rng, algo: &str, key: usize, out: &mut Vec<String>) {
+    let (limit, period, burst) = rate_rule(rng, algo, key);
+    out.push(limit);
+    out.push(period);
+    if let Some(b) = burst {
+        out.extend(["BURST".into(), b]);
+    }
+    if rng.below(2) == 0 {
+        out.extend(["COST".into(), pick(rng, &["1", "2", "3", "7"]).into()]);
+    }
+    if algo != "gcra" || rng.below(2) == 0 {
+        out.extend(["ALGO".into(), algo.into()]);
+    }
+}
+
+fn random_command(rng: &mut Rng, prefix: &str) -> Vec<String> {
+    let k = rng.below(6) as usize;
+    let key = |_: &mut Rng| format!("{{{prefix}}}:{k}");
+    let algo = pick(rng, ALGOS);
+    let mut args: Vec<String> = Vec::new();
+    match rng.below(11) {
+        0..=3 => {
+            args.extend(["RL.ADMIT".into(), key(rng)]);
+            rule_options(rng, algo, k, &mut args);
+            if rng.below(4) == 0 {
+                args.push("DRYRUN".into());
+            }
+            if rng.below(3) == 0 {
+                args.extend(["RESERVE".into(), pick(rng, &["r1", "r2", "r3"]).into()]);
+                if rng.below(2) == 0 {
+                    args.extend(["KEEP".into(), pick(rng, &["1h", "7d", "10m"]).into()]);
+                }
+            }
+        }
+        4 => {
+            let n = 1 + rng.below(3) as usize;
+            let mut keys: Vec<usize> = (0..6).collect();
+            for i in (1..keys.len()).rev() {
+                keys.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            args.extend(["RL.MULTI".into(), n.to_string()]);
+            args.extend(keys.iter().take(n).map(|i| format!("{{{prefix}}}:{i}")));
+            for (i, &key) in keys.iter().take(n).enumerate() {
+                args.extend(["RULE".into(), format!("r{i}")]);
+                let algo = pick(rng, ALGOS);
+                rule_options(rng, algo, key, &mut args);
+            }
+            if rng.below(4) == 0 {
+                args.push("DRYRUN".into());
+            }
+        }
+        5 => {
+            args.extend(["RL.GRANT".into(), key(rng)]);
+            let (limit, period, burst) = rate_rule(rng, algo, k);
+            args.extend([limit, period, "ALGO".into(), algo.into()]);
+            if let Some(b) = burst {
+                args.extend(["BURST".into(), b]);
+            }
+            args.extend(["WANT".into(), pick(rng, &["1", "3", "50", "5000"]).into()]);
+            if rng.below(2) == 0 {
+                args.extend(["TTL".into(), pick(rng, &["250ms", "1s", "1d"]).into()]);
+            }
+        }
+        6 => {
+            let capacity = pick(rng, &["1", "2", "3"]).to_string();
+            let holder = pick(rng, &["a", "b", "c", "d"]).to_string();
+            args.extend(["RL.ACQUIRE".into(), key(rng), capacity]);
+            args.extend([pick(rng, &["1h", "2h", "1d"]).into(), "ID".into(), holder]);
+        }
+        7 => {
+            let holder = pick(rng, &["a", "b", "c", "d"]).to_string();
+            if rng.below(2) == 0 {
+                args.extend(["RL.RELEASE".into(), key(rng), holder]);
+            } else {
+                args.extend(["RL.RENEW".into(), key(rng), holder, "3h".into()]);
+            }
+        }
+        8 => {
+            let id = pick(rng, &["r1", "r2", "r3", "r9"]).to_string();
+            let actual = pick(rng, &["0", "1", "5", "40", "1000000000000000"]).to_string();
+            args.extend(["RL.SETTLE".into(), key(rng), id, actual]);
+        }
+        9 => {
+            // A well-formed call with one argument replaced, cut or added.
+            let mut good = random_command(rng, prefix);
+            if good[0] == "SET" {
+                return good;
+            }
+            let at = 2 + rng.below(good.len().max(3) as u64 - 1) as usize;
+            match rng.below(3) {
+                0 if at < good.len() => good[at] = pick(rng, JUNK).into(),
+                1 if at < good.len() => good.truncate(at),
+                _ => good.push(pick(rng, JUNK).into()),
+            }
+            return good;
+        }
+        _ => {
+            args.extend(["SET".into(), key(rng), "x".into()]);
+        }
+    }
+    args
+}
+
+/// Reply positions that are waits or lifetimes (milliseconds read off each server's own clock).
+fn timed(command: &str, path: &[usize]) -> bool {
+    match (command, path) {
+        ("RL.ADMIT", [2 | 3]) => true,
+        ("RL.MULTI", [2]) | ("RL.MULTI", [3, _, 2]) => true,
+        ("RL.ACQUIRE", [3]) => true,
+        ("RL.GRANT", [2 | 3]) => true,
+        _ => false,
+    }
+}
+
+/// Compares two replies: exact, but for times, which may differ by the moment between the two
+/// calls (TOLERANCE_MS).
+fn same(command: &str, path: &mut Vec<usize>, a: &Value, b: &Value) -> bool {
+    const TOLERANCE_MS: i64 = 250;
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) if timed(command, path) => (x - y).abs() <= TOLERANCE_MS,
+        // A generated holder is the clock in hex and the key's sequence number: only the
+        // sequence can agree.
+        (Value::BulkString(x), Value::BulkString(y)) if command == "RL.ACQUIRE" && path == [1] => {
+            let seq = |h: &[u8]| h.rsplit(|&b| b == b'-').next().map(<[u8]>::to_vec);
+            seq(x) == seq(y)
+        }
+        (Value::Array(xs), Value::Array(ys)) => {
+            xs.len() == ys.len()
+                && xs.iter().zip(ys).enumerate().all(|(i, (x, y))| {
+                    path.push(i);
+                    let ok = same(command, path, x, y);
+                    path.pop();
+                    ok
+                })
+        }
+        _ => a == b,
+    }
+}
+
+/// Redis answers a wrong argument count itself for the module (its declared arity, with the
+/// command's name in lower case); the script answers it with the module's own text.
+fn normal_error(text: &str) -> String {
+    match text.strip_prefix("ERR wrong number of arguments for '") {
+        Some(rest) => format!(
+            "ERR wrong number of arguments for '{}",
+            rest.to_ascii_uppercase().replace(" COMMAND", " command")
+        ),
+        None => text.to_string(),
+    }
+}
+
+fn run_differential(seed: u64, steps: usize) -> Vec<String> {
+    let module = Server::start();
+    let plain = Server::start_plain(&[]);
+    let (mut m, mut s) = (module.conn(), plain.conn());
+    let info: Value = cmd("COMMAND")
+        .arg("INFO")
+        .arg("RL.ADMIT")
+        .query(&mut m)
+        .unwrap();
+    assert!(
+        !matches!(&info, Value::Array(a) if a.iter().all(|v| *v == Value::Nil)),
+        "the module is not loaded on the module side"
+    );
+    let sha = load_script(&mut s);
+    let mut rng = Rng(seed);
+    let mut differences = Vec::new();
+    for step in 0..steps {
+        let prefix = format!("d{}", step / 40);
+        let args = random_command(&mut rng, &prefix);
+        let a = module_call(&mut m, &args);
+        let b = script_call(&mut s, &sha, &args);
+        let agree = match (&a, &b) {
+            (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
+            (Err(x), Err(y)) => normal_error(&error_text(x)) == normal_error(&error_text(y)),
+            _ => false,
+        };
+        if std::env::var("RL_TRACE").is_ok_and(|k| args.contains(&k)) {
+            eprintln!("{step}: {args:?}\n   {a:?}\n   {b:?}");
+        }
+        if !agree {
+            differences.push(format!(
+                "step {step}: {args:?}\n  module {a:?}\n  script {b:?}"
+            ));
+        }
+    }
+    differences
+}
+
+#[test]
+fn random_sequences_reply_the_same_in_both_modes() {
+    let seed = std::env::var("RL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_0014);
+    let differences = run_differential(seed, 3000);
+    assert!(
+        differences.is_empty(),
+        "{} differences (seed {seed}):\n{}",
+        differences.len(),
+        differences
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exactness where a double would round: values near 2^53 and beyond.
+
+#[test]
+fn large_rules_decide_exactly_as_the_module() {
+    let module = Server::start();
+    let plain = Server::start_plain(&[]);
+    let (mut m, mut s) = (module.conn(), plain.conn());
+    let sha = load_script(&mut s);
+    let lines = [
+        "RL.ADMIT big:1 100000000 3650d BURST 100000000 COST 99999999",
+        "RL.ADMIT big:1 100000000 3650d BURST 100000000 COST 3",
+        "RL.ADMIT big:1 100000000 3650d BURST 100000000 COST 1",
+        "RL.ADMIT big:1 99999999 3650d BURST 100000000 COST 1 ALGO bucket",
+        "RL.ADMIT big:2 7 3650d BURST 7 COST 7",
+        "RL.ADMIT big:2 7 3650d BURST 7 COST 1",
+        "RL.ADMIT big:3 100000000 3650d ALGO sliding COST 99999999",
+        "RL.ADMIT big:3 100000000 3650d ALGO sliding COST 2",
+        "RL.ADMIT big:4 3 3650d BURST 3 COST 3 RESERVE x",
+        "RL.SETTLE big:4 x 1000000000000000",
+        "RL.ADMIT big:4 3 3650d BURST 3",
+        "RL.GRANT big:5 100000000 3650d WANT 99999999",
+        "RL.GRANT big:5 100000000 3650d WANT 5",
+        "RL.ADMIT big:6 1000000000000000 1h BURST 1 COST 1 ALGO bucket",
+        "RL.ADMIT big:7 1 3650d BURST 1000000000000000",
+        "RL.ADMIT big:8 1000000000000000 3650d BURST 1000000000000000 COST 1000000000000001",
+    ];
+    for line in lines {
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
+        let a = module_call(&mut m, &args);
+        let b = script_call(&mut s, &sha, &args);
+        let agree = match (&a, &b) {
+            (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
+            (Err(x), Err(y)) => error_text(x) == error_text(y),
+            _ => false,
+        };
+        assert!(agree, "{line}\n  module {a:?}\n  script {b:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A cluster without the module: every key is declared, so hash-tagged keys run in one call.
+
+#[test]
+fn multi_runs_on_a_cluster_with_hash_tags() {
+    let cluster = Cluster::start_plain();
+    let mut conns: Vec<Connection> = (0..3).map(|i| cluster.conn(i)).collect();
+    let sha = load_script(&mut conns[0]);
+    for c in conns.iter_mut().skip(1) {
+        assert_eq!(load_script(c), sha);
+    }
+    let tagged: Vec<String> =
+        "RL.MULTI 2 {t:atlas}:user:17 {t:atlas} RULE user 2 1s BURST 20 RULE tenant 1000 1m"
+            .split(' ')
+            .map(String::from)
+            .collect();
+    let slot = common::cluster::keyslot(&mut conns[0], "{t:atlas}");
+    let owner = cluster.owner(slot);
+    let reply = script_call(&mut conns[owner], &sha, &tagged).expect("tagged RL.MULTI");
+    let want = parse_json(r#"[1, null, 0, [["user", 19, 500], ["tenant", 999, 60]]]"#);
+    assert!(matches(&reply, &want), "{reply:?}");
+    let split: Vec<String> = "RL.MULTI 2 user:17 tenant:atlas RULE user 2 1s RULE tenant 1000 1m"
+        .split(' ')
+        .map(String::from)
+        .collect();
+    let e = script_call(&mut conns[0], &sha, &split).expect_err("CROSSSLOT");
+    assert!(error_text(&e).starts_with("CROSSSLOT"), "{}", error_text(&e));
+}

@@ -451,7 +451,7 @@ fn same(command: &str, path: &mut Vec<usize>, a: &Value, b: &Value) -> bool {
         (Value::Int(x), Value::Int(y)) if timed(command, path) => (x - y).abs() <= TOLERANCE_MS,
         // A generated holder is the clock in hex and the key's sequence number: only the
         // sequence can agree.
-        (Value::BulkString(x), Value::BulkString(y)) if command == "RL.ACQUIRE" && path == [1] => {
+        (Value::BulkString(x), Value::BulkString(y)) if command == "RL.ACQUIRE" && *path == [1] => {
             let seq = |h: &[u8]| h.rsplit(|&b| b == b'-').next().map(<[u8]>::to_vec);
             seq(x) == seq(y)
         }

@@ -1277,6 +1277,106 @@ commands['RL.MULTI'] = function(args)
 end
 
 ---------------------------------------------------------------------------------------------
+-- RL.INFO: a flat name/value array, as the module replies in RESP2.
+
+commands['RL.INFO'] = function(args)
+  if #args ~= 1 then
+    arity('RL.INFO')
+  end
+  local key = args[1]
+  check_key(key, 1)
+  local l = load(key)
+  if l == nil then
+    return false
+  end
+  local now = now_us()
+  local rule, a = l.rule, l.algo
+  local all = redis.call('HGETALL', key)
+  local stored, live, leases_live, next_expiry = false, 0, 0, nil
+  l.leases = {}
+  for i = 1, #all, 2 do
+    local f, v = all[i]:sub(1, 2), all[i + 1]
+    if f == 'r:' then
+      stored = true
+      if tonumber(v:match('^%d+')) > now then
+        live = live + 1
+      end
+    elseif f == 'h:' then
+      local e = tonumber(v)
+      l.leases[#l.leases + 1] = { all[i]:sub(3), e }
+      if e > now then
+        leases_live = leases_live + 1
+        if next_expiry == nil or e < next_expiry then
+          next_expiry = e
+        end
+      end
+    end
+  end
+  local remaining, reset
+  if a == 'semaphore' then
+    local latest = 0
+    for _, ls in ipairs(l.leases) do
+      latest = math.max(latest, ls[2])
+    end
+    remaining = math.max(rule.limit - leases_live, 0)
+    reset = math.max(latest - now, 0)
+  else
+    local d = decide(l, rule, 0, now)
+    remaining, reset = d.remaining, d.reset
+  end
+  local out = { 'algo', a, 'limit', rule.limit, 'period_ms', floor(rule.period / MS),
+    'capacity', rule.burst, 'remaining', remaining, 'reset_after_ms', ms_up(reset) }
+  local function add(name, v)
+    out[#out + 1] = name
+    out[#out + 1] = v
+  end
+  if a == 'gcra' then
+    add('tat_us', gcra_full_at(l.tq, l.tf))
+  elseif a == 'bucket' then
+    add('tokens', l.w)
+    add('updated_us', l.u)
+  elseif a == 'window' then
+    add('window_start_ms', floor(l.start / MS))
+    add('count', l.count)
+  elseif a == 'sliding' then
+    local at = math.max(now, l.start)
+    local s = window_start(at, rule.period)
+    local prev, cur = 0, 0
+    if l.start == s then
+      prev, cur = l.prev, l.cur
+    elseif l.start + rule.period == s then
+      prev = l.cur
+    end
+    add('window_start_ms', floor(s / MS))
+    add('previous', prev)
+    add('current', cur)
+  elseif a == 'log' then
+    local newest = l.entries[#l.entries]
+    local at = math.max(now, newest and newest[1] or 0)
+    local n, units = 0, 0
+    for _, e in ipairs(l.entries) do
+      if e[1] + rule.period > at then
+        n, units = n + 1, units + e[2]
+      end
+    end
+    add('entries', n)
+    add('logged_units', units)
+  else
+    add('in_flight', leases_live)
+    add('next_expiry_ms', next_expiry and ms_up(next_expiry - now) or 0)
+  end
+  if stored then
+    add('reservations', live)
+  end
+  if FAMILY[a] == 'rate' then
+    local w = level_at(l, math.max(now, time_floor(l)))
+    add('debt', w < 0 and -w or 0)
+  end
+  add('ttl_ms', redis.call('PTTL', key))
+  return out
+end
+
+---------------------------------------------------------------------------------------------
 -- Entry point.
 
 local name = ARGV[1]

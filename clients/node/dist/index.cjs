@@ -172,15 +172,27 @@ function wrap(send, extra = {}) {
     }
   };
 }
-function fromIoredis(client) {
+function fromIoredis(client, { Command } = {}) {
   if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
-  return wrap((name, args, firstKey) => {
-    const Command = client.nodes("master")[0]?.constructor?.Command;
-    if (!Command || firstKey === void 0) return client.call(name, ...args);
-    const cmd = new Command(name, args, { replyEncoding: "utf8" });
+  const commandClass = Command ? Promise.resolve(Command) : findCommandClass();
+  return wrap(async (name, args, firstKey) => {
+    const Cmd = await commandClass;
+    if (!Cmd || firstKey === void 0) return client.call(name, ...args);
+    const cmd = new Cmd(name, args, { replyEncoding: "utf8" });
     cmd.slot = keySlot(firstKey);
     return client.sendCommand(cmd);
   });
+}
+async function findCommandClass() {
+  for (const name of ["ioredis", "iovalkey"]) {
+    try {
+      const mod = await import(name);
+      const Command = mod.Command ?? mod.default?.Command;
+      if (Command) return Command;
+    } catch {
+    }
+  }
+  return null;
 }
 var fromIovalkey = fromIoredis;
 function fromNodeRedis(client) {
@@ -480,31 +492,31 @@ var RL = class {
     this.loggedMode = null;
     if (this.mode) this.announce(this.mode);
   }
-  admit(req) {
+  async admit(req) {
     return this.execute(admit(req));
   }
-  multi(req) {
+  async multi(req) {
     return this.execute(multi(req));
   }
-  grant(req) {
+  async grant(req) {
     return this.execute(grant(req));
   }
-  acquire(req) {
+  async acquire(req) {
     return this.execute(acquire(req));
   }
-  release(key2, holder) {
+  async release(key2, holder) {
     return this.execute(release(key2, holder));
   }
-  renew(key2, holder, lease) {
+  async renew(key2, holder, lease) {
     return this.execute(renew(key2, holder, lease));
   }
-  settle(key2, id, actual) {
+  async settle(key2, id, actual) {
     return this.execute(settle(key2, id, actual));
   }
-  info(key2) {
+  async info(key2) {
     return this.execute(info(key2));
   }
-  throttle(key2, maxBurst, count, periodSeconds, quantity) {
+  async throttle(key2, maxBurst, count, periodSeconds, quantity) {
     return this.execute(throttle(key2, maxBurst, count, periodSeconds, quantity));
   }
   // One command of commands.js: its raw reply parsed, under the client's deadline.

@@ -38,17 +38,32 @@ function wrap(send, extra = {}) {
 // ioredis and iovalkey (its fork), a single server or a Cluster. Their offline queue must be off
 // (`enableOfflineQueue: false`): with it, a call to a dead server waits for the reconnect instead
 // of failing, then is replayed and counted twice.
-export function fromIoredis(client) {
+export function fromIoredis(client, { Command } = {}) {
   if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
-  return wrap((name, args, firstKey) => {
-    // A Command carrying the slot goes straight to its primary; before any node is known it
-    // goes anywhere and follows the MOVED reply.
-    const Command = client.nodes('master')[0]?.constructor?.Command;
-    if (!Command || firstKey === undefined) return client.call(name, ...args);
-    const cmd = new Command(name, args, { replyEncoding: 'utf8' });
+  const commandClass = Command ? Promise.resolve(Command) : findCommandClass();
+  return wrap(async (name, args, firstKey) => {
+    // A Command carrying its slot goes straight to the slot's primary; without the class (or a
+    // key) the call goes to any node and follows its MOVED reply.
+    const Cmd = await commandClass;
+    if (!Cmd || firstKey === undefined) return client.call(name, ...args);
+    const cmd = new Cmd(name, args, { replyEncoding: 'utf8' });
     cmd.slot = keySlot(firstKey);
     return client.sendCommand(cmd);
   });
+}
+
+// ioredis and iovalkey export the same Command; either routes a cluster call.
+async function findCommandClass() {
+  for (const name of ['ioredis', 'iovalkey']) {
+    try {
+      const mod = await import(name);
+      const Command = mod.Command ?? mod.default?.Command;
+      if (Command) return Command;
+    } catch {
+      // Not installed beside this package: try the next one.
+    }
+  }
+  return null;
 }
 
 export const fromIovalkey = fromIoredis;

@@ -31,15 +31,15 @@ export class RL {
     if (this.mode) this.announce(this.mode);
   }
 
-  admit(req) { return this.execute(commands.admit(req)); }
-  multi(req) { return this.execute(commands.multi(req)); }
-  grant(req) { return this.execute(commands.grant(req)); }
-  acquire(req) { return this.execute(commands.acquire(req)); }
-  release(key, holder) { return this.execute(commands.release(key, holder)); }
-  renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
-  settle(key, id, actual) { return this.execute(commands.settle(key, id, actual)); }
-  info(key) { return this.execute(commands.info(key)); }
-  throttle(key, maxBurst, count, periodSeconds, quantity) {
+  async admit(req) { return this.execute(commands.admit(req)); }
+  async multi(req) { return this.execute(commands.multi(req)); }
+  async grant(req) { return this.execute(commands.grant(req)); }
+  async acquire(req) { return this.execute(commands.acquire(req)); }
+  async release(key, holder) { return this.execute(commands.release(key, holder)); }
+  async renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
+  async settle(key, id, actual) { return this.execute(commands.settle(key, id, actual)); }
+  async info(key) { return this.execute(commands.info(key)); }
+  async throttle(key, maxBurst, count, periodSeconds, quantity) {
     return this.execute(commands.throttle(key, maxBurst, count, periodSeconds, quantity));
   }
 

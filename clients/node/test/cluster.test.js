@@ -1,0 +1,85 @@
+// A 3-node cluster: every command reaches its key's primary, RL.MULTI by its first key (cluster
+// clients would route it by `numkeys`), and keys in several slots are refused before any round
+// trip.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import Redis from 'ioredis';
+import { createCluster } from 'redis';
+import { fromIoredis, fromNodeRedis, keySlot, RL, RLError } from '../src/index.js';
+import { Cluster } from './support/server.js';
+
+let cluster;
+before(async () => { cluster = await Cluster.start(); });
+after(async () => { await cluster.stop(); });
+
+const CLIENTS = [
+  ['ioredis Cluster', async () => {
+    const c = new Redis.Cluster(cluster.startup, { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } });
+    c.on('error', () => {});
+    await new Promise((r) => c.once('ready', r));
+    return { adapter: fromIoredis(c), close: () => c.disconnect() };
+  }],
+  ['node-redis cluster', async () => {
+    const c = createCluster({ rootNodes: cluster.nodes.map((n) => ({ url: n.url })) });
+    c.on('error', () => {});
+    await c.connect();
+    return { adapter: fromNodeRedis(c), close: () => c.destroy() };
+  }],
+];
+
+// What the nodes' `INFO` says: the module's calls they ran (natively or through the script),
+// and the MOVED replies they sent.
+async function nodeStats() {
+  let calls = 0;
+  let moved = 0;
+  for (const n of cluster.nodes) {
+    const c = await n.ioredis();
+    const stats = await c.info('everything');
+    c.disconnect();
+    for (const m of stats.matchAll(/cmdstat_(?:rl\.admit|rl\.multi|evalsha):calls=(\d+)/gi)) calls += Number(m[1]);
+    moved += Number(/errorstat_MOVED:count=(\d+)/.exec(stats)?.[1] ?? 0);
+  }
+  return { calls, moved };
+}
+
+for (const [name, connect] of CLIENTS) {
+  describe(`${name}`, () => {
+    let conn;
+    let rl;
+    before(async () => {
+      conn = await connect();
+      rl = new RL(conn.adapter, { logger: {} });
+    });
+    after(() => conn.close());
+
+    test('RL.ADMIT and RL.MULTI reach every slot range without a redirect', async () => {
+      const before = await nodeStats();
+      const tags = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'].map((t) => `${name}-${t}`);
+      assert.equal(new Set(tags.map((t) => Math.floor(keySlot(t) / 5461))).size > 1, true);
+      for (const tag of tags) {
+        const d = await rl.admit({ key: `{${tag}}:one`, limit: 5, period: 60_000 });
+        assert.equal(d.remaining, 4);
+        const m = await rl.multi({ rules: [
+          { name: 'user', key: `{${tag}}:user`, limit: 2, period: 1000, burst: 20 },
+          { name: 'tenant', key: `{${tag}}:tenant`, limit: 1000, period: 60_000 },
+        ] });
+        assert.equal(m.allowed, true);
+        assert.deepEqual(m.rules.map((r) => r.remaining), [19, 999]);
+      }
+      const now = await nodeStats();
+      assert.equal(now.calls - before.calls, 2 * tags.length);
+      assert.equal(now.moved, before.moved, 'a call went to a node that does not own its slot');
+    });
+
+    test('keys in two slots are refused before any round trip, naming both slots', async () => {
+      const before = await nodeStats();
+      const err = await rl.multi({ rules: [
+        { name: 'user', key: 'user:17', limit: 2, period: 1000 },
+        { name: 'tenant', key: 'tenant:atlas', limit: 1000, period: 60_000 },
+      ] }).then(() => null, (e) => e);
+      assert.ok(err instanceof RLError && err.kind === 'invalid_request', String(err));
+      assert.match(err.message, new RegExp(`${keySlot('user:17')}.*${keySlot('tenant:atlas')}`));
+      assert.deepEqual(await nodeStats(), before);
+    });
+  });
+}

@@ -1,0 +1,171 @@
+"""The gateway as native ASGI middleware (Starlette, FastAPI, any ASGI app) and as a FastAPI
+dependency, one RL.MULTI per route decision."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, List, Optional, Tuple
+
+from .core import Gateway, Outcome
+from .policy import PolicyError
+
+
+def _headers(scope: Dict[str, Any]) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for k, v in scope.get("headers", []):
+        name = k.decode("latin-1").lower()
+        value = v.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
+
+
+def _peer(scope: Dict[str, Any]) -> Optional[str]:
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def _encode(headers: Dict[str, str]) -> List[Tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+async def _respond(send, outcome: Outcome) -> None:
+    headers = dict(outcome.headers)
+    headers["content-type"] = outcome.content_type
+    headers["content-length"] = str(len(outcome.body))
+    await send({"type": "http.response.start", "status": outcome.status,
+                "headers": _encode(headers)})
+    await send({"type": "http.response.body", "body": outcome.body})
+
+
+def _merge(start: Dict[str, Any], added: Dict[str, str]) -> None:
+    """Adds the gateway's fields; RateLimit-Policy and RateLimit are lists, so a second limiting
+    layer's items join the first's."""
+    existing = list(start.get("headers", []))
+    for name, value in added.items():
+        key = name.lower().encode("latin-1")
+        for i, (k, v) in enumerate(existing):
+            if k.lower() == key and name.lower() in ("ratelimit", "ratelimit-policy"):
+                existing[i] = (k, v + b", " + value.encode("latin-1"))
+                break
+        else:
+            existing.append((key, value.encode("latin-1")))
+    start["headers"] = existing
+
+
+class RateLimitMiddleware:
+    """`app.add_middleware(RateLimitMiddleware, gateway=gateway)` (Starlette/FastAPI), or
+    `RateLimitMiddleware(app, gateway)` around any ASGI app.
+
+    `health_path` is answered here, never asking the store; `metrics_path` serves Prometheus
+    text; `reload_path` (POST) re-reads the policy file (409 when refused). Leave any of them
+    None to pass those paths to the app."""
+
+    def __init__(self, app, gateway: Gateway, health_path: Optional[str] = None,
+                 metrics_path: Optional[str] = None, reload_path: Optional[str] = None):
+        self.app = app
+        self.gateway = gateway
+        self.health_path, self.metrics_path, self.reload_path = health_path, metrics_path, reload_path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope.get("path", ""), scope.get("method", "GET")
+        if path == self.health_path:
+            await _plain(send, 200, b"ok\n", "text/plain")
+            return
+        if path == self.metrics_path:
+            await _plain(send, 200, self.gateway.metrics.render().encode(),
+                         "text/plain; version=0.0.4; charset=utf-8")
+            return
+        if path == self.reload_path and method == "POST":
+            try:
+                p = self.gateway.reload()
+                await _plain(send, 200, f"policy version {p.version}\n".encode(), "text/plain")
+            except PolicyError as exc:
+                await _plain(send, 409, f"{exc}\n".encode(), "text/plain")
+            return
+        outcome = await self.gateway.decide(method, path, _headers(scope), _peer(scope),
+                                            request=scope)
+        if outcome is None:
+            await self.app(scope, receive, send)
+            return
+        if not outcome.admitted:
+            await _respond(send, outcome)
+            return
+        await self._pass(outcome, scope, receive, send)
+
+    async def _pass(self, outcome: Outcome, scope, receive, send) -> None:
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                actual = None
+                for k, v in message.get("headers", []):
+                    if k.lower() == b"x-actual-cost":
+                        actual = v.decode("latin-1").strip()
+                # settled before the response is passed on: a caller may retry as soon as it
+                # reads it
+                await outcome.settle(actual)
+                message = dict(message)
+                _merge(message, outcome.headers)
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await outcome.release()
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            # an error or a cancelled request releases too; shielded so a cancel cannot skip it
+            await asyncio.shield(outcome.release())
+
+
+async def _plain(send, status: int, body: bytes, content_type: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RateLimited(Exception):
+    """Raised by the FastAPI dependency on a refusal or an unavailable store; `install` adds
+    the handler that answers it with the problem body and headers."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.status)
+        self.outcome = outcome
+
+
+def install(app) -> None:
+    """Adds the RateLimited handler to a Starlette/FastAPI app."""
+    from starlette.responses import Response
+
+    async def handler(request, exc: RateLimited):
+        o = exc.outcome
+        return Response(o.body, status_code=o.status, headers=o.headers,
+                        media_type=o.content_type)
+
+    app.add_exception_handler(RateLimited, handler)
+
+
+def dependency(gateway: Gateway):
+    """A FastAPI dependency deciding the route the request matched in the policy:
+    `@app.get("/x", dependencies=[Depends(dependency(gw))])`. Slots are released after the
+    response; a reservation settles with the X-Actual-Cost the endpoint sets on its Response."""
+    from fastapi import Request, Response
+
+    async def decide(request: Request, response: Response):
+        scope = request.scope
+        outcome = await gateway.decide(scope["method"], scope["path"], _headers(scope),
+                                       _peer(scope), request=request)
+        if outcome is None:
+            yield None
+            return
+        if not outcome.admitted:
+            raise RateLimited(outcome)
+        for k, v in outcome.headers.items():
+            response.headers[k] = v
+        try:
+            yield outcome
+        finally:
+            await asyncio.shield(outcome.finish(response.headers.get("x-actual-cost")))
+
+    return decide

@@ -1,0 +1,50 @@
+"""A stub backend behind the gateway's middleware, as the example gateway has it, and a client
+driving it over ASGI in the test's own event loop."""
+
+import asyncio
+import json
+
+import httpx
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import redis_rl
+from redis_rl.gateway import Gateway, RateLimitMiddleware, parse_policy
+
+
+async def backend(scope, receive, send):
+    """200 with a small JSON body; waits ?ms=N; reports X-Actual-Cost for ?units=N."""
+    query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
+    if "ms" in query:
+        await asyncio.sleep(int(query["ms"]) / 1000)
+    headers = [(b"content-type", b"application/json")]
+    if "units" in query:
+        headers.append((b"x-actual-cost", query["units"].encode()))
+    body = json.dumps({"ok": True, "path": scope["path"]}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def policy(routes, rules, **extra):
+    doc = {"version": extra.pop("version", 1), "identity": {"user": "x-user", "tenant": "x-tenant"},
+           "rules": rules, "routes": routes}
+    doc.update(extra)
+    return parse_policy(json.dumps(doc))
+
+
+def store(port, timeout=0.5):
+    pool = redis.asyncio.BlockingConnectionPool(
+        port=port, max_connections=32, timeout=timeout, socket_timeout=timeout,
+        socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    return redis_rl.AsyncClient(redis.asyncio.Redis(connection_pool=pool))
+
+
+def gateway(port, pol, **kw):
+    return Gateway(store(port), pol, **kw)
+
+
+def http(gw, app=backend, **kw):
+    wrapped = RateLimitMiddleware(app, gw, health_path="/healthz", metrics_path="/metrics",
+                                  reload_path="/-/reload", **kw)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=wrapped), base_url="http://gw")

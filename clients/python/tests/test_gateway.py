@@ -1,0 +1,319 @@
+"""The gateway over ASGI against real servers: decisions, headers, problem bodies, the negative
+cache, semaphores, reservations, grants, shadows, postures under real faults, and metrics."""
+
+import asyncio
+import json
+
+import pytest
+
+from gateway_support import gateway, http, policy
+
+RULES = {
+    "user": {"key": "{t:${tenant}}:u:${user}", "limit": 2, "period": "1h"},
+    "tenant": {"key": "{t:${tenant}}:t", "limit": 100, "period": "1h", "public": False},
+}
+
+
+def _routes(**ose):
+    return [{"method": "GET", "path": "/r", "rules": ["user", "tenant"], **ose}]
+
+
+async def test_an_unrouted_request_passes_untouched(server):
+    async with http(gateway(server.port, policy(_routes(), RULES))) as c:
+        r = await c.get("/elsewhere")
+    assert r.status_code == 200 and "ratelimit" not in r.headers
+
+
+async def test_admit_then_refuse_with_headers_and_problem_body(server):
+    gw = gateway(server.port, policy(_routes(), RULES))
+    h = {"x-user": "ann", "x-tenant": "acme1"}
+    async with http(gw) as c:
+        first = await c.get("/r", headers=h)
+        second = await c.get("/r", headers=h)
+        third = await c.get("/r", headers=h)
+    assert (first.status_code, second.status_code, third.status_code) == (200, 200, 429)
+    assert first.headers["ratelimit-policy"] == '"user";q=2;w=3600, "tenant";q=100;w=3600'
+    assert first.headers["ratelimit"] == '"user";r=1;t=1800, "tenant";r=99;t=36'
+    assert third.headers["content-type"] == "application/problem+json"
+    body = third.json()
+    assert body["status"] == 429 and body["violated-policies"] == ["user"]
+    assert body["type"] == "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    assert int(third.headers["retry-after"]) >= 1790
+    assert third.headers["ratelimit"].startswith('"user";r=0;t=')
+    assert gw.metrics.count("GET /r", "user", "refuse") == 1
+    assert gw.metrics.count("GET /r", "tenant", "admit") == 2
+
+
+async def test_a_private_rule_is_hidden_without_a_user(server):
+    gw = gateway(server.port, policy(_routes(), RULES))
+    async with http(gw) as c:
+        r = await c.get("/r", headers={"x-tenant": "acme2"})
+    assert r.headers["ratelimit-policy"] == '"user";q=2;w=3600'
+
+
+async def test_the_negative_cache_refuses_without_a_store_call(server):
+    gw = gateway(server.port, policy(_routes(), RULES, negative_cache={"max": "10s"}))
+    h = {"x-user": "bob", "x-tenant": "acme3"}
+    async with http(gw) as c:
+        for _ in range(3):
+            await c.get("/r", headers=h)
+        calls = gw.metrics.calls["ok"][-2]
+        cached = await c.get("/r", headers=h)
+    assert cached.status_code == 429 and cached.json()["violated-policies"] == ["user"]
+    assert gw.metrics.calls["ok"][-2] == calls
+    assert gw.metrics.count("GET /r", "user", "refuse_cached") == 1
+    assert cached.headers["ratelimit"].startswith('"user";r=0;t=')
+
+
+async def test_dead_port_deny_is_a_503_without_ratelimit_fields():
+    from servers import free_port
+    gw = gateway(free_port(), policy(_routes(), RULES, store={"breaker": {"open": "3s"}}))
+    async with http(gw) as c:
+        r = await c.get("/r", headers={"x-user": "u"})
+        health = await c.get("/healthz")
+    assert r.status_code == 503 and "ratelimit" not in r.headers
+    assert r.json()["title"] == "Service Unavailable"
+    assert r.json()["detail"].startswith("The rate limiter is unavailable; ")
+    assert int(r.headers["retry-after"]) >= 3
+    assert health.status_code == 200
+    assert gw.metrics.count("GET /r", "user", "unavailable_deny") == 1
+
+
+async def test_dead_port_fallback_limits_locally_and_allow_admits():
+    from servers import free_port
+    routes = [{"method": "GET", "path": "/f", "rules": ["user"],
+               "on_store_error": {"mode": "fallback", "limit": 2, "period": "1h"}},
+              {"method": "GET", "path": "/a", "rules": ["user"],
+               "on_store_error": {"mode": "allow"}}]
+    gw = gateway(free_port(), policy(routes, RULES))
+    async with http(gw) as c:
+        f = [await c.get("/f", headers={"x-user": "fb"}) for _ in range(3)]
+        a = await c.get("/a", headers={"x-user": "fb"})
+    assert [r.status_code for r in f] == [200, 200, 429]
+    assert f[0].headers["ratelimit"] == '"user";r=1;t=1800'
+    assert f[2].json()["violated-policies"] == ["user"]
+    assert a.status_code == 200
+    assert gw.metrics.count("GET /f", "user", "fallback_admit") == 2
+    assert gw.metrics.count("GET /f", "user", "fallback_refuse") == 1
+    assert gw.metrics.count("GET /a", "user", "open_admit") == 1
+
+
+async def test_the_breaker_opens_and_stops_calling_the_store():
+    from servers import free_port
+    gw = gateway(free_port(), policy(_routes(), RULES,
+                                     store={"breaker": {"failures": 2, "open": "1h"}}))
+    async with http(gw) as c:
+        for _ in range(5):
+            assert (await c.get("/r", headers={"x-user": "b"})).status_code == 503
+    assert gw.metrics.calls["error"][-2] == 2
+    assert gw.breaker.state == "open"
+    assert 'rl_gateway_breaker_state{state="open"} 1' in gw.metrics.render()
+
+
+async def test_a_killed_server_takes_the_posture_and_a_restart_recovers():
+    from servers import Server
+    s = Server()
+    try:
+        gw = gateway(s.port, policy(_routes(), RULES, store={
+            "timeout": "500ms", "breaker": {"failures": 1, "open": "1ms"}, "ramp": "0ms"}))
+        h = {"x-user": "k", "x-tenant": "kill"}
+        async with http(gw) as c:
+            assert (await c.get("/r", headers=h)).status_code == 200
+            s.kill()
+            assert (await c.get("/r", headers=h)).status_code == 503
+            s.start()
+            await asyncio.sleep(0.01)
+            statuses = [(await c.get("/r", headers=h)).status_code for _ in range(3)]
+        # the restarted server is empty: the probe and one more admit, then the limit holds
+        assert statuses == [200, 200, 429]
+    finally:
+        s.close()
+
+
+async def test_debug_sleep_misses_the_deadline(server):
+    import redis.asyncio
+    gw = gateway(server.port, policy(_routes(), RULES, store={"timeout": "100ms"}))
+    async with http(gw) as c:
+        admin = redis.asyncio.Redis(port=server.port)
+        sleeper = asyncio.ensure_future(admin.execute_command("DEBUG", "SLEEP", "1"))
+        await asyncio.sleep(0.2)
+        r = await c.get("/r", headers={"x-user": "sleepy"})
+        await sleeper
+        await admin.aclose()
+    assert r.status_code == 503
+    assert gw.metrics.calls["timeout"][-2] == 1
+
+
+async def test_client_pause_misses_the_deadline(server):
+    import redis.asyncio
+    gw = gateway(server.port, policy(_routes(), RULES, store={"timeout": "100ms"}))
+    admin = redis.asyncio.Redis(port=server.port)
+    await admin.execute_command("CLIENT", "PAUSE", "800", "WRITE")
+    try:
+        async with http(gw) as c:
+            r = await c.get("/r", headers={"x-user": "paused"})
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await admin.aclose()
+    assert r.status_code == 503
+    assert gw.metrics.calls["timeout"][-2] == 1
+
+
+async def test_a_semaphore_caps_requests_in_flight_and_releases(server):
+    import redis.asyncio
+    rules = {"inflight": {"key": "{t:${tenant}}:sem", "concurrency": 1, "lease": "60s"},
+             "rate": {"key": "{t:${tenant}}:rate", "limit": 100, "period": "1h"}}
+    routes = [{"method": "GET", "path": "/slow", "rules": ["inflight", "rate"]}]
+    gw = gateway(server.port, policy(routes, rules))
+    h = {"x-tenant": "semtest", "x-user": "u"}
+    async with http(gw) as c:
+        slow = asyncio.ensure_future(c.get("/slow?ms=300", headers=h))
+        await asyncio.sleep(0.1)
+        refused = await c.get("/slow", headers=h)
+        first = await slow
+        after = await c.get("/slow", headers=h)
+    assert (first.status_code, refused.status_code, after.status_code) == (200, 429, 200)
+    assert first.headers["ratelimit-policy"].startswith('"inflight";q=1;qu="concurrent-requests"')
+    assert refused.json()["violated-policies"] == ["inflight"]
+    admin = redis.asyncio.Redis(port=server.port)
+    assert await admin.exists("{t:semtest}:sem") == 0
+    await admin.aclose()
+
+
+async def test_settle_with_the_actual_cost(server):
+    import redis_rl
+    rules = {"export": {"key": "{t:${tenant}}:export", "limit": 100, "period": "1h", "cost": 10,
+                        "settle": True}}
+    routes = [{"method": "POST", "path": "/export", "rules": ["export"]}]
+    gw = gateway(server.port, policy(routes, rules))
+    async with http(gw) as c:
+        r = await c.post("/export?units=3", headers={"x-tenant": "settle1", "x-user": "u"})
+        retry = await c.post("/export", headers={"x-tenant": "settle1", "x-user": "u",
+                                                  "idempotency-key": "same"})
+        again = await c.post("/export", headers={"x-tenant": "settle1", "x-user": "u",
+                                                  "idempotency-key": "same"})
+    assert r.status_code == 200 and r.headers["ratelimit"].startswith('"export";r=90;')
+    info = await gw.client.info("{t:settle1}:export")
+    # 3 actual, then one reservation of 10 for the key "same", its retry not charged again
+    assert info.remaining == 100 - 3 - 10
+    assert retry.status_code == again.status_code == 200
+    assert isinstance(info, redis_rl.KeyInfo)
+
+
+async def test_grants_spend_locally(server):
+    rules = {"global": {"key": "g:${tenant}", "limit": 1000, "period": "1h",
+                        "grant": {"want": 10, "ttl": "1h"}}}
+    routes = [{"method": "GET", "path": "/g", "rules": ["global"]}]
+    gw = gateway(server.port, policy(routes, rules))
+    async with http(gw) as c:
+        codes = [(await c.get("/g", headers={"x-tenant": "grant1"})).status_code for _ in range(25)]
+    assert codes == [200] * 25
+    assert gw.metrics.refills == {"global": 3}
+    info = await gw.client.info("g:grant1")
+    assert info.remaining == 1000 - 30
+
+
+async def test_shadow_rules_never_refuse(server):
+    rules = {"real": {"key": "{s}:${user}", "limit": 100, "period": "1h"},
+             "trial": {"key": "{s}:${user}", "limit": 1, "period": "1h", "shadow": True}}
+    routes = [{"method": "GET", "path": "/s", "rules": ["real", "trial"]}]
+    gw = gateway(server.port, policy(routes, rules))
+    async with http(gw) as c:
+        codes = [(await c.get("/s", headers={"x-user": "sh"})).status_code for _ in range(3)]
+        last = await c.get("/s", headers={"x-user": "sh"})
+    assert codes == [200] * 3
+    assert "trial" not in last.headers["ratelimit"]
+    assert gw.metrics.count("GET /s", "trial", "shadow_refuse") == 3
+    assert await gw.client.info("shadow:{s}:sh") is not None
+
+
+async def test_tasks_hammering_one_key_stay_within_the_bound(server):
+    rules = {"one": {"key": "{h}:${user}", "limit": 25, "period": "1h"}}
+    routes = [{"method": "GET", "path": "/h", "rules": ["one"]}]
+    gw = gateway(server.port, policy(routes, rules, negative_cache={"max": "1ms"},
+                                     store={"timeout": "5s"}))
+    async with http(gw) as c:
+        rs = await asyncio.gather(*[c.get("/h", headers={"x-user": "hammer"}) for _ in range(120)])
+    assert sum(r.status_code == 200 for r in rs) == 25
+    assert all(r.status_code in (200, 429) for r in rs), [(r.status_code, r.text) for r in rs if r.status_code not in (200, 429)][:3]
+
+
+async def test_metrics_declare_every_family(server):
+    gw = gateway(server.port, policy(_routes(), RULES))
+    async with http(gw) as c:
+        await c.get("/r", headers={"x-user": "m", "x-tenant": "m\"x"})
+        text = (await c.get("/metrics")).text
+    for family in ("rl_gateway_decisions_total", "rl_gateway_store_call_duration_seconds",
+                   "rl_gateway_grant_refills_total", "rl_gateway_breaker_state",
+                   "rl_gateway_policy_version", "rl_gateway_route_mode",
+                   "rl_gateway_store_mode"):
+        assert f"# TYPE {family} " in text
+    assert 'rl_gateway_decisions_total{route="GET /r",rule="tenant",outcome="admit"} 1' in text
+    assert 'rl_gateway_route_mode{route="GET /r",mode="deny"} 1' in text
+    assert 'rl_gateway_store_mode{mode="module"} 1' in text
+    assert "rl_gateway_policy_version 1" in text
+    assert 'rl_gateway_store_call_duration_seconds_count{result="ok"} 1' in text
+
+
+async def test_prometheus_client_exposes_the_same_names(server):
+    from prometheus_client import CollectorRegistry, generate_latest
+    gw = gateway(server.port, policy(_routes(), RULES))
+    registry = CollectorRegistry()
+    gw.metrics.register(registry)
+    async with http(gw) as c:
+        await c.get("/r", headers={"x-user": "p"})
+    text = generate_latest(registry).decode()
+    assert 'rl_gateway_decisions_total{outcome="admit",route="GET /r",rule="user"} 1.0' in text
+    assert 'rl_gateway_breaker_state{state="closed"} 1.0' in text
+
+
+async def test_the_hook_sees_every_event(server):
+    events = []
+    gw = gateway(server.port, policy(_routes(), RULES),
+                 metrics_hook=lambda name, labels, value: events.append((name, labels)))
+    async with http(gw) as c:
+        await c.get("/r", headers={"x-user": "hook"})
+    names = {n for n, _ in events}
+    assert {"decision", "store_call", "policy_version", "route_mode", "store_mode"} <= names
+
+
+async def test_decision_logs_never_carry_identities(server, caplog):
+    gw = gateway(server.port, policy(_routes(), RULES), log_sample=1.0)
+    with caplog.at_level("INFO", logger="redis_rl.decision"):
+        async with http(gw) as c:
+            await c.get("/r", headers={"x-user": "secret-user", "x-tenant": "secret-tenant"})
+    records = [r for r in caplog.records if r.name == "redis_rl.decision"]
+    assert {r.rule for r in records} == {"user", "tenant"}
+    assert all(r.policy_version == 1 and r.outcome == "admit" for r in records)
+    assert not any("secret" in r.getMessage() for r in records)
+
+
+async def test_legacy_headers_and_jittered_retry_after(server):
+    gw = gateway(server.port, policy(_routes(), RULES, retry_after_jitter=0.5),
+                 legacy_headers=True)
+    h = {"x-user": "leg", "x-tenant": "leg"}
+    async with http(gw) as c:
+        ok = await c.get("/r", headers=h)
+        await c.get("/r", headers=h)
+        refused = await c.get("/r", headers=h)
+    assert ok.headers["x-ratelimit-limit"] == "2" and ok.headers["x-ratelimit-remaining"] == "1"
+    wait = int(refused.headers["retry-after"])
+    assert 1790 <= wait <= 2700
+
+
+async def test_reload_refuses_an_older_version(server, tmp_path):
+    from redis_rl.gateway import PolicySource
+    f = tmp_path / "p.json"
+    doc = {"version": 3, "rules": RULES, "routes": _routes()}
+    f.write_text(json.dumps(doc))
+    gw = gateway(server.port, PolicySource(f))
+    async with http(gw) as c:
+        stale = await c.post("/-/reload")
+        f.write_text(json.dumps(dict(doc, version=4)))
+        fresh = await c.post("/-/reload")
+        f.write_text("{")
+        broken = await c.post("/-/reload")
+    assert stale.status_code == 409
+    assert "policy version 3 is not higher than the version in force, 3" in stale.text
+    assert fresh.status_code == 200 and gw.policy.version == 4
+    assert broken.status_code == 409 and gw.policy.version == 4

@@ -317,3 +317,70 @@ async def test_reload_refuses_an_older_version(server, tmp_path):
     assert "policy version 3 is not higher than the version in force, 3" in stale.text
     assert fresh.status_code == 200 and gw.policy.version == 4
     assert broken.status_code == 409 and gw.policy.version == 4
+
+
+async def test_the_gateway_in_script_mode(plain_server):
+    from redis_rl.client import load_script
+    if load_script() is None:
+        pytest.skip("this build ships no rl.lua")
+    gw = gateway(plain_server.port, policy(_routes(), RULES))
+    h = {"x-user": "script", "x-tenant": "script"}
+    async with http(gw) as c:
+        codes = [(await c.get("/r", headers=h)).status_code for _ in range(3)]
+        text = (await c.get("/metrics")).text
+    assert codes == [200, 200, 429]
+    assert gw.client.mode == "script"
+    assert 'rl_gateway_store_mode{mode="script"} 1' in text
+
+
+async def test_the_gateway_on_a_cluster(cluster):
+    import redis.asyncio
+    import redis_rl
+    from redis_rl.gateway import Gateway
+    rc = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.port)
+    gw = Gateway(redis_rl.AsyncClient(rc), policy(_routes(), RULES, store={"timeout": "2s"}))
+    try:
+        async with http(gw) as c:
+            for tenant in ("c1", "c2", "c3", "c4"):
+                h = {"x-user": "u", "x-tenant": tenant}
+                codes = [(await c.get("/r", headers=h)).status_code for _ in range(3)]
+                assert codes == [200, 200, 429]
+    finally:
+        await rc.aclose()
+
+
+async def test_the_fastapi_dependency(server):
+    from fastapi import Depends, FastAPI, Response
+    import httpx
+    from redis_rl.gateway import dependency, install
+
+    gw = gateway(server.port, policy([{"method": "GET", "path": "/dep", "rules": ["user"]}], RULES))
+    app = FastAPI()
+    install(app)
+
+    @app.get("/dep", dependencies=[Depends(dependency(gw))])
+    async def dep():
+        return {"ok": True}
+
+    @app.get("/free", dependencies=[Depends(dependency(gw))])
+    async def free():
+        return {"ok": True}
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as c:
+        rs = [await c.get("/dep", headers={"x-user": "dep"}) for _ in range(3)]
+        free_r = await c.get("/free")
+    assert [r.status_code for r in rs] == [200, 200, 429]
+    assert rs[0].headers["ratelimit"] == '"user";r=1;t=1800'
+    assert rs[2].json()["violated-policies"] == ["user"]
+    assert rs[2].headers["content-type"] == "application/problem+json"
+    assert free_r.status_code == 200 and "ratelimit" not in free_r.headers
+
+
+async def test_trusted_proxies_read_x_forwarded_for(server):
+    from redis_rl.gateway.core import _peer_ip
+    import ipaddress
+    trusted = [ipaddress.ip_network("10.0.0.0/8")]
+    assert _peer_ip("10.0.0.1", "1.1.1.1, 2.2.2.2, 10.0.0.7", trusted) == "2.2.2.2"
+    assert _peer_ip("10.0.0.1", "1.1.1.1, junk, 10.0.0.7", trusted) == "10.0.0.7"
+    assert _peer_ip("3.3.3.3", "1.1.1.1", trusted) == "3.3.3.3"
+    assert _peer_ip("10.0.0.1", None, trusted) == "10.0.0.1"

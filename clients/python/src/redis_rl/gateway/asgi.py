@@ -168,4 +168,7 @@ def dependency(gateway: Gateway):
         finally:
             await asyncio.shield(outcome.finish(response.headers.get("x-actual-cost")))
 
+    # this module's annotations are strings (postponed), which FastAPI would resolve in the
+    # module's globals, where fastapi is not imported
+    decide.__annotations__ = {"request": Request, "response": Response}
     return decide

@@ -139,6 +139,13 @@ class RetryTransport:
     def close(self) -> None:
         self.inner.close()
 
+    def __enter__(self):
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.inner.__exit__(*exc)
+
 
 class AsyncRetryTransport:
     """`httpx.AsyncClient(transport=AsyncRetryTransport(httpx.AsyncHTTPTransport()))`."""
@@ -157,3 +164,10 @@ class AsyncRetryTransport:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+    async def __aenter__(self):
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.inner.__aexit__(*exc)

@@ -1,0 +1,54 @@
+// The gateway as express middleware (also plain node:http: `(req, res, next)`).
+import { PROBLEM_TYPE } from './problem.js';
+
+function send(res, decision) {
+  res.statusCode = decision.status;
+  for (const [k, v] of decision.headers) res.setHeader(k, v);
+  res.setHeader('Content-Type', PROBLEM_TYPE);
+  res.end(JSON.stringify(decision.body));
+}
+
+// Holds the response's first write until the reservations are settled with its X-Actual-Cost,
+// so the settlement happens before the response is passed on.
+function settleBeforeSending(res, decision) {
+  const write = res.write.bind(res);
+  const end = res.end.bind(res);
+  let settled = null;
+  const settle = () => {
+    settled ??= decision.finish({ actualCost: res.getHeader('x-actual-cost') });
+    return settled;
+  };
+  res.write = (...args) => {
+    settle().then(() => write(...args), () => write(...args));
+    return true;
+  };
+  res.end = (...args) => {
+    settle().then(() => end(...args), () => end(...args));
+    return res;
+  };
+}
+
+export function expressMiddleware(gateway) {
+  return async function redisRl(req, res, next) {
+    let decision;
+    try {
+      decision = await gateway.decide({ method: req.method, path: req.path ?? new URL(req.url, 'http://x').pathname,
+        headers: req.headers, peer: req.socket?.remoteAddress });
+    } catch (err) {
+      next(err);
+      return;
+    }
+    if (!decision) {
+      next();
+      return;
+    }
+    if (decision.status !== 200) {
+      send(res, decision);
+      return;
+    }
+    for (const [k, v] of decision.headers) res.appendHeader ? res.appendHeader(k, v) : res.setHeader(k, v);
+    if (decision.done) res.once('close', decision.done);
+    if (decision.finish) settleBeforeSending(res, decision);
+    next();
+  };
+}

@@ -15,6 +15,10 @@ esac
 
 server=$1
 shift
+# These must come first to mean what they mean, and start no server.
+case "${1:-}" in
+  -v|--version|-h|--help|--test-memory) exec "$server" "$@" ;;
+esac
 for arg in "$@"; do
   [ "$arg" = --sentinel ] && exec "$server" "$@"
 done

@@ -59,8 +59,9 @@ pub fn free_port() -> u16 {
     );
 }
 
-/// A connection to 127.0.0.1:`port` that answered `PING`, retried for up to `timeout`.
-pub fn connect_within(port: u16, timeout: Duration) -> Connection {
+/// A connection to 127.0.0.1:`port` that answered `PING`, retried for up to 30 s.
+pub fn connect(port: u16) -> Connection {
+    let timeout = Duration::from_secs(30);
     let deadline = Instant::now() + timeout;
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("valid URL");
     loop {
@@ -73,10 +74,6 @@ pub fn connect_within(port: u16, timeout: Duration) -> Connection {
             Err(_) => sleep(Duration::from_millis(100)),
         }
     }
-}
-
-pub fn connect(port: u16) -> Connection {
-    connect_within(port, Duration::from_secs(30))
 }
 
 /// Polls `check` every 100 ms until it holds, panicking with `what` after `timeout`.
@@ -138,6 +135,17 @@ pub fn module_names(c: &mut Connection) -> Vec<String> {
         .collect()
 }
 
+/// Every container, volume and Compose project of these tests is named with this prefix and the
+/// process id, so docker/test can remove what a killed run left behind.
+pub const NAME_PREFIX: &str = "rltest";
+
+/// A name unique to this process for a container or a volume.
+pub fn unique_name(what: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    format!("{NAME_PREFIX}{}{what}{n}", std::process::id())
+}
+
 /// A docker-compose project on one of the Compose files in docker/, with its own name and the
 /// environment that picks its ports and image; `down -v` when dropped, so no container or
 /// volume outlives the test.
@@ -149,12 +157,7 @@ pub struct Compose {
 
 impl Compose {
     pub fn up(file: &str, env: Vec<(String, String)>) -> Compose {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let project = format!(
-            "rltest{}x{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
+        let project = unique_name("compose");
         let mut env = env;
         env.push(("RL_IMAGE".to_owned(), image()));
         let compose = Compose {
@@ -210,7 +213,7 @@ pub struct Volume(pub String);
 
 impl Volume {
     pub fn new(tag: &str) -> Volume {
-        Volume(format!("rltest{}{tag}", std::process::id()))
+        Volume(unique_name(tag))
     }
 }
 

@@ -3,8 +3,10 @@
 
 use redis::{cmd, Connection};
 use redis_rl_docker_tests::{
-    admit, connect, dump, free_port, image_name_and_tag, info_field, module_names, Volume,
+    admit, connect, dump, free_port, image, image_name_and_tag, info_field, module_names,
+    unique_name, Volume,
 };
+use std::fs;
 use std::process::Command;
 use testcontainers::{clients::Cli, core::WaitFor, Container, GenericImage, RunnableImage};
 
@@ -18,7 +20,9 @@ fn runnable(port: u16, args: &[&str], volume: Option<&Volume>) -> RunnableImage<
         .map(|s| s.to_string())
         .collect();
     argv.extend(args.iter().map(|s| s.to_string()));
-    let runnable = RunnableImage::from((image, argv)).with_network("host");
+    let runnable = RunnableImage::from((image, argv))
+        .with_network("host")
+        .with_container_name(unique_name("server"));
     match volume {
         Some(v) => runnable.with_volume((v.0.clone(), "/data".to_owned())),
         None => runnable,
@@ -56,9 +60,58 @@ fn the_module_is_loaded_and_the_server_runs_unprivileged() {
         info_field(&mut c, "server", "tcp_port"),
         Some(port.to_string())
     );
+    // As in the official images, or a client outside the container could not connect.
+    let protected: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("protected-mode")
+        .query(&mut c)
+        .expect("CONFIG GET");
+    assert_eq!(protected, ["protected-mode", "no"]);
     let user = exec(&container, &["id", "-un"]);
     assert!(user == "redis" || user == "valkey", "runs as {user}");
     assert_ne!(exec(&container, &["id", "-u"]), "0");
+}
+
+#[test]
+fn a_config_file_comes_first_and_the_options_after_it_override_it() {
+    let dir = std::env::temp_dir().join(unique_name("conf"));
+    fs::create_dir_all(&dir).expect("a temporary directory");
+    let port = free_port();
+    let conf = format!("port {port}\nbind 127.0.0.1\nmaxmemory 1mb\n");
+    fs::write(dir.join("rl.conf"), conf).expect("the config file");
+    let (name, tag) = image_name_and_tag();
+    let image = GenericImage::new(name, tag)
+        .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"));
+    let args = ["/etc/redis-rl/rl.conf", "--maxmemory", "2mb"]
+        .map(String::from)
+        .to_vec();
+    let docker = Cli::default();
+    let runnable = RunnableImage::from((image, args))
+        .with_network("host")
+        .with_container_name(unique_name("server"))
+        .with_volume((dir.display().to_string(), "/etc/redis-rl".to_owned()));
+    let container = docker.run(runnable);
+    let mut c = connect(port);
+    assert!(module_names(&mut c).iter().any(|m| m == "rl"));
+    let maxmemory: Vec<String> = cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory")
+        .query(&mut c)
+        .expect("CONFIG GET");
+    assert_eq!(maxmemory, ["maxmemory", "2097152"]);
+    drop(container);
+    fs::remove_dir_all(&dir).expect("remove the temporary directory");
+}
+
+#[test]
+fn version_prints_the_servers_version_and_starts_no_server() {
+    let output = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", &image(), "--version"])
+        .output()
+        .expect("docker run");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains(" server v="), "{stdout}");
 }
 
 #[test]

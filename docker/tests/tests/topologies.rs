@@ -265,7 +265,7 @@ fn multi(c: &mut Connection, a: &str, b: &str) -> RedisResult<Value> {
         .arg(2)
         .arg(a)
         .arg(b)
-        .arg(["RULE", "minute", "10", "1m", "RULE", "day", "1000", "1d"].as_slice())
+        .arg(["RULE", "hour", "10", "1h", "RULE", "day", "1000", "1d"].as_slice())
         .query(c)
 }
 
@@ -295,14 +295,14 @@ fn cluster_serves_rl_multi_within_a_slot_and_refuses_it_across_slots() {
     }
 
     let mut any = connect(p[0]);
-    let (minute, day) = ("{user:1}:minute", "{user:1}:day");
-    let slot = keyslot(&mut any, minute);
+    let (hour, day) = ("{user:1}:hour", "{user:1}:day");
+    let slot = keyslot(&mut any, hour);
     assert_eq!(keyslot(&mut any, day), slot);
     let (owner, replicas) = slot_owner(&mut any, slot);
     assert_eq!(replicas.len(), 1, "each primary has one replica");
 
     let mut c = connect(owner);
-    let reply = multi(&mut c, minute, day).expect("RL.MULTI on the slot's primary");
+    let reply = multi(&mut c, hour, day).expect("RL.MULTI on the slot's primary");
     let Value::Array(fields) = reply else {
         panic!("RL.MULTI replied {reply:?}")
     };
@@ -326,7 +326,7 @@ fn cluster_serves_rl_multi_within_a_slot_and_refuses_it_across_slots() {
         .iter()
         .find(|&&port| port != owner && !replicas.contains(&port))
         .expect("a node of another shard");
-    let moved = multi(&mut connect(other), minute, day).expect_err("another shard redirects");
+    let moved = multi(&mut connect(other), hour, day).expect_err("another shard redirects");
     assert_eq!(moved.kind(), ErrorKind::Moved, "{moved}");
     assert_eq!(
         moved.redirect_node(),
@@ -337,7 +337,16 @@ fn cluster_serves_rl_multi_within_a_slot_and_refuses_it_across_slots() {
     assert_eq!(replicated, 1);
     let mut replica = connect(replicas[0]);
     let _: () = cmd("READONLY").query(&mut replica).expect("READONLY");
-    for key in [minute, day] {
+    let replica_keys: i64 = cmd("DBSIZE").query(&mut replica).expect("DBSIZE");
+    assert_eq!(
+        replica_keys,
+        2,
+        "the replica on {} after WAIT; primary {owner}: {:?}; replica: {:?}",
+        replicas[0],
+        info_field(&mut c, "replication", "slave0"),
+        info_field(&mut replica, "replication", "master_port"),
+    );
+    for key in [hour, day] {
         assert_eq!(
             dump(&mut replica, key),
             dump(&mut c, key),
@@ -345,7 +354,7 @@ fn cluster_serves_rl_multi_within_a_slot_and_refuses_it_across_slots() {
         );
     }
 
-    let (a, b) = ("user:1:minute", "user:2:minute");
+    let (a, b) = ("user:1:hour", "user:2:hour");
     assert_ne!(keyslot(&mut any, a), keyslot(&mut any, b));
     let crossslot = multi(&mut c, a, b).expect_err("keys in two slots");
     assert_eq!(crossslot.kind(), ErrorKind::CrossSlot, "{crossslot}");

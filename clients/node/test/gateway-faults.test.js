@@ -1,0 +1,149 @@
+// Postures under real faults: a killed server, DEBUG SLEEP, CLIENT PAUSE, a port nothing listens
+// on; the breaker opens, probes and ramps back.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import Redis from 'ioredis';
+import { freePort, Server } from './support/server.js';
+import { fresh, serveGateway } from './support/gateway.js';
+
+function policy(p, store = {}) {
+  return {
+    version: 1,
+    identity: { user: 'x-user' },
+    rules: {
+      write: { key: `${p}:write:\${user}`, limit: 100, period: '1h' },
+      search: { key: `${p}:search:\${user}`, limit: 100, period: '1h', cost: 2 },
+      open: { key: `${p}:open`, limit: 100, period: '1h' },
+    },
+    routes: [
+      { method: 'POST', path: '/checkout', rules: ['write'], on_store_error: { mode: 'deny' } },
+      { method: 'POST', path: '/search', rules: ['search'], on_store_error: { mode: 'fallback', limit: 3, period: '1h', burst: 4 } },
+      { method: 'GET', path: '/open', rules: ['open'], on_store_error: { mode: 'allow' } },
+    ],
+    store: { timeout: '50ms', breaker: { failures: 3, open: '1s' }, ramp: '1ms', ...store },
+  };
+}
+
+const post = (url, path, user = 'u') => fetch(`${url}${path}`, { method: 'POST', headers: { 'x-user': user } });
+
+async function expectPostures(url, gateway) {
+  const deny = await post(url, '/checkout');
+  assert.equal(deny.status, 503);
+  assert.equal(deny.headers.get('content-type'), 'application/problem+json');
+  assert.equal(deny.headers.get('ratelimit'), null);
+  assert.ok(Number(deny.headers.get('retry-after')) >= 1);
+  const body = await deny.json();
+  assert.equal(body.title, 'Service Unavailable');
+  assert.match(body.detail, /^The rate limiter is unavailable; /);
+  // The fallback: gcra of 3 per hour with a burst of 4, the route's cost of 2.
+  const fb = [];
+  for (let i = 0; i < 3; i++) fb.push(await post(url, '/search', 'fb'));
+  assert.deepEqual(fb.map((r) => r.status), [200, 200, 429]);
+  assert.equal(fb[0].headers.get('ratelimit'), '"search";r=2;t=2400');
+  assert.deepEqual((await fb[2].json())['violated-policies'], ['search']);
+  const open = await fetch(`${url}/open`);
+  assert.equal(open.status, 200);
+  const m = gateway.metrics;
+  assert.ok(m.count('POST /checkout', 'write', 'unavailable_deny') >= 1);
+  assert.equal(m.count('POST /search', 'search', 'fallback_admit'), 2);
+  assert.equal(m.count('POST /search', 'search', 'fallback_refuse'), 1);
+  assert.ok(m.count('GET /open', 'open', 'open_admit') >= 1);
+}
+
+describe('postures under faults', () => {
+  test('a killed server: deny, fallback and allow; the breaker opens', async () => {
+    const server = await Server.start();
+    const io = await server.ioredis();
+    const g = await serveGateway({ store: io, policy: policy(fresh()) });
+    try {
+      assert.equal((await post(g.url, '/checkout')).status, 200);
+      server.kill();
+      await new Promise((r) => setTimeout(r, 100));
+      await expectPostures(g.url, g.gateway);
+      assert.equal(g.gateway.breaker.state, 'open');
+      assert.match(g.gateway.metrics.render(), /rl_gateway_breaker_state\{state="open"\} 1\n/);
+      assert.match(g.gateway.metrics.render(), /rl_gateway_store_call_duration_seconds_count\{result="error"\} 3\n/);
+    } finally {
+      io.disconnect();
+      await g.close();
+      await server.stop();
+    }
+  });
+
+  test('DEBUG SLEEP: calls miss their deadline and take the posture', async () => {
+    const server = await Server.start();
+    const io = await server.ioredis();
+    const other = await server.ioredis();
+    const g = await serveGateway({ store: io, policy: policy(fresh(), { breaker: { failures: 100, open: '1s' } }) });
+    try {
+      const sleeping = other.call('DEBUG', 'SLEEP', '1.5');
+      await new Promise((r) => setTimeout(r, 100));
+      await expectPostures(g.url, g.gateway);
+      assert.match(g.gateway.metrics.render(), /rl_gateway_store_call_duration_seconds_count\{result="timeout"\} \d+\n/);
+      await sleeping;
+    } finally {
+      io.disconnect();
+      other.disconnect();
+      await g.close();
+      await server.stop();
+    }
+  });
+
+  test('CLIENT PAUSE: the same', async () => {
+    const server = await Server.start();
+    const io = await server.ioredis();
+    const other = await server.ioredis();
+    const g = await serveGateway({ store: io, policy: policy(fresh(), { breaker: { failures: 100, open: '1s' } }) });
+    try {
+      await other.call('CLIENT', 'PAUSE', '1500', 'ALL');
+      await expectPostures(g.url, g.gateway);
+    } finally {
+      await other.call('CLIENT', 'UNPAUSE');
+      io.disconnect();
+      other.disconnect();
+      await g.close();
+      await server.stop();
+    }
+  });
+
+  test('a port nothing listens on: the posture from the first request', async () => {
+    const port = await freePort();
+    const io = new Redis({ port, host: '127.0.0.1', enableOfflineQueue: false, maxRetriesPerRequest: 0, lazyConnect: true });
+    io.on('error', () => {});
+    io.connect().catch(() => {});
+    const g = await serveGateway({ store: io, policy: policy(fresh()) });
+    try {
+      await expectPostures(g.url, g.gateway);
+    } finally {
+      io.disconnect();
+      await g.close();
+    }
+  });
+
+  test('the breaker: open, one probe when half-open, closed when the store is back', async () => {
+    const server = await Server.start();
+    const io = await server.ioredis({ retryStrategy: () => 20 });
+    const g = await serveGateway({ store: io, policy: policy(fresh(), { breaker: { failures: 2, open: '300ms' } }) });
+    try {
+      server.kill();
+      await new Promise((r) => setTimeout(r, 50));
+      for (let i = 0; i < 2; i++) assert.equal((await post(g.url, '/checkout')).status, 503);
+      assert.equal(g.gateway.breaker.state, 'open');
+      const calls = () => g.gateway.metrics.calls.get('error').count;
+      const before = calls();
+      assert.equal((await post(g.url, '/checkout')).status, 503);
+      assert.equal(calls(), before, 'an open breaker sends nothing to the store');
+      await server.restart();
+      const deadline = Date.now() + 5000;
+      while (io.status !== 'ready' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (g.gateway.breaker.current() !== 'half_open') await new Promise((r) => setTimeout(r, 20));
+      assert.equal((await post(g.url, '/checkout')).status, 200);
+      await new Promise((r) => setTimeout(r, 5));
+      assert.equal(g.gateway.breaker.current(), 'closed');
+    } finally {
+      io.disconnect();
+      await g.close();
+      await server.stop();
+    }
+  });
+});

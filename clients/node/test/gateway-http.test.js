@@ -1,0 +1,168 @@
+// The fastify plugin, identities behind trusted proxies, and the retry helper for outgoing
+// calls, over real HTTP.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import Fastify from 'fastify';
+import { fastifyPlugin, fetchWithRetry, Gateway, RL } from '../src/index.js';
+import { listen } from './support/http.js';
+import { fresh, quiet, serveGateway } from './support/gateway.js';
+import { Server } from './support/server.js';
+
+let server;
+let io;
+before(async () => {
+  server = await Server.start();
+  io = await server.ioredis();
+});
+after(async () => {
+  io.disconnect();
+  await server.stop();
+});
+
+describe('fastify', () => {
+  test('admits with headers, refuses with a problem, settles and releases', async () => {
+    const p = fresh();
+    const gateway = new Gateway({ store: io, logger: quiet, policy: {
+      version: 1,
+      identity: { tenant: 'x-tenant' },
+      rules: {
+        two: { key: `${p}:two`, limit: 2, period: '1h' },
+        slot: { key: `${p}:{t:\${tenant}}:slot`, concurrency: 1, lease: '1m' },
+        job: { key: `${p}:{t:\${tenant}}:job`, limit: 100, period: '1h', cost: 10, settle: true },
+      },
+      routes: [
+        { method: 'GET', path: '/two', rules: ['two'] },
+        { method: 'POST', path: '/job', rules: ['slot', 'job'] },
+      ],
+    } });
+    const app = Fastify();
+    await app.register(fastifyPlugin(gateway));
+    app.get('/two', async () => ({ ok: true }));
+    app.post('/job', async (req, reply) => {
+      reply.header('X-Actual-Cost', '4');
+      return { ok: true };
+    });
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const statuses = [];
+      for (let i = 0; i < 3; i++) statuses.push(await fetch(`${url}/two`));
+      assert.deepEqual(statuses.map((r) => r.status), [200, 200, 429]);
+      assert.equal(statuses[0].headers.get('ratelimit'), '"two";r=1;t=1800');
+      assert.deepEqual((await statuses[2].json())['violated-policies'], ['two']);
+      const job = await fetch(`${url}/job`, { method: 'POST', headers: { 'x-tenant': 'f' } });
+      assert.equal(job.status, 200);
+      const rl = new RL(io, { logger: quiet });
+      assert.equal((await rl.info(`${p}:{t:f}:job`)).remaining, 96);
+      const deadline = Date.now() + 5000;
+      while ((await rl.info(`${p}:{t:f}:slot`)) !== null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(await rl.info(`${p}:{t:f}:slot`), null);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('identity', () => {
+  test('X-Forwarded-For is read from the right past trusted proxies only', async () => {
+    const p = fresh();
+    const g = await serveGateway({ store: io, policy: {
+      version: 1,
+      identity: { trusted_proxies: ['127.0.0.0/8', '10.0.0.0/8'] },
+      rules: { ip: { key: `${p}:ip:\${ip}`, limit: 1, period: '1h' } },
+      routes: [{ method: 'GET', path: '/ip', rules: ['ip'] }],
+    } });
+    try {
+      const via = (xff) => fetch(`${g.url}/ip`, { headers: { 'x-forwarded-for': xff } }).then((r) => r.status);
+      assert.equal(await via('203.0.113.7, 10.1.2.3'), 200);
+      // The same client behind another trusted hop, and with a forged hop on its left.
+      assert.equal(await via('198.51.100.1, 203.0.113.7, 10.9.9.9'), 429);
+      assert.equal(await via('203.0.113.8'), 200);
+      const rl = new RL(io, { logger: quiet });
+      assert.notEqual(await rl.info(`${p}:ip:203.0.113.7`), null);
+      assert.equal(await rl.info(`${p}:ip:198.51.100.1`), null);
+    } finally {
+      await g.close();
+    }
+  });
+
+  test('an application resolver replaces the identity headers', async () => {
+    const p = fresh();
+    const g = await serveGateway({ store: io,
+      identify: async (req) => ({ user: req.headers.authorization === 'Bearer k1' ? 'alice' : undefined }),
+      policy: { version: 1, identity: { user: 'x-user' },
+        rules: { u: { key: `${p}:u:\${user}`, limit: 5, period: '1h' } },
+        routes: [{ method: 'GET', path: '/u', rules: ['u'] }] } });
+    try {
+      await fetch(`${g.url}/u`, { headers: { authorization: 'Bearer k1', 'x-user': 'mallory' } });
+      await fetch(`${g.url}/u`, { headers: { 'x-user': 'bob' } });
+      const rl = new RL(io, { logger: quiet });
+      assert.notEqual(await rl.info(`${p}:u:alice`), null);
+      assert.equal(await rl.info(`${p}:u:mallory`), null);
+      assert.notEqual(await rl.info(`${p}:u:bob`), null);
+    } finally {
+      await g.close();
+    }
+  });
+});
+
+describe('fetchWithRetry', () => {
+  async function flaky(replies) {
+    const seen = [];
+    const served = await listen((req, res) => {
+      seen.push({ method: req.method, key: req.headers['idempotency-key'] });
+      const [status, headers = {}] = replies[Math.min(seen.length - 1, replies.length - 1)];
+      res.writeHead(status, headers).end(String(status));
+    });
+    return { ...served, seen };
+  }
+
+  test('retries 503 and 429, one Idempotency-Key for every attempt of a POST', async () => {
+    const s = await flaky([[503], [429, { 'retry-after': '0' }], [200]]);
+    try {
+      const r = await fetchWithRetry(`${s.url}/`, { method: 'POST', body: 'x' }, { baseMs: 1, maxAttempts: 5 });
+      assert.equal(r.status, 200);
+      assert.equal(s.seen.length, 3);
+      assert.equal(new Set(s.seen.map((x) => x.key)).size, 1);
+      assert.match(s.seen[0].key, /^[0-9a-f]{32}$/);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('returns other replies at once; no key on GET; the last result after max attempts', async () => {
+    const s = await flaky([[404]]);
+    const t = await flaky([[500]]);
+    try {
+      assert.equal((await fetchWithRetry(`${s.url}/`, {}, { baseMs: 1 })).status, 404);
+      assert.equal(s.seen.length, 1);
+      assert.equal(s.seen[0].key, undefined);
+      assert.equal((await fetchWithRetry(`${t.url}/`, {}, { baseMs: 1, maxAttempts: 3 })).status, 500);
+      assert.equal(t.seen.length, 3);
+    } finally {
+      await s.close();
+      await t.close();
+    }
+  });
+
+  test('a Retry-After longer than the cap returns that reply; waits follow the backoff', async () => {
+    const s = await flaky([[503, { 'retry-after': '120' }]]);
+    try {
+      const r = await fetchWithRetry(`${s.url}/`, {}, { capMs: 1000 });
+      assert.equal(r.status, 503);
+      assert.equal(s.seen.length, 1);
+    } finally {
+      await s.close();
+    }
+    const waits = [];
+    let calls = 0;
+    const fake = async () => {
+      calls += 1;
+      if (calls < 4) throw new TypeError('fetch failed');
+      return new Response('ok');
+    };
+    await fetchWithRetry('http://unused/', {}, { fetch: fake, baseMs: 100, capMs: 250, maxAttempts: 4, random: () => 0.999,
+      sleep: async (ms) => { waits.push(Math.round(ms)); } });
+    // d = min(cap, base × 2^(n−1)), the wait a draw in [d/2, d].
+    assert.deepEqual(waits, [100, 200, 250]);
+  });
+});

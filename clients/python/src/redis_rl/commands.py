@@ -26,7 +26,9 @@ def duration_us(value: Duration, arg: str = "duration") -> int:
     """The duration in whole microseconds; finer parts and negative values are invalid."""
     if isinstance(value, bool):
         raise InvalidRequest(f"{arg} must be a duration, not {value!r}")
-    if isinstance(value, datetime.timedelta):
+    if type(value) is int:
+        us, exact = value * 1_000_000, True
+    elif isinstance(value, datetime.timedelta):
         us = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
         exact = True
     elif isinstance(value, (int, float, decimal.Decimal)):

@@ -1,0 +1,159 @@
+"""Benchmarks of the Python client against a real server (started here, with the module):
+
+1. the ASGI middleware against the same app without it: decisions per second with 32 requests
+   in flight, and the latency it adds per request (p50, p99) one request at a time;
+2. the limits storage rl:// against limits' own redis:// on the same server, per strategy.
+
+    clients/python/.venv/bin/python clients/python/benches/bench.py [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import httpx  # noqa: E402
+import redis.asyncio  # noqa: E402
+
+import redis_rl  # noqa: E402
+import redis_rl.limits  # noqa: E402,F401
+from redis_rl.gateway import Gateway, RateLimitMiddleware, parse_policy  # noqa: E402
+from servers import Server  # noqa: E402
+
+
+async def plain(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"ok": true}'})
+
+
+POLICY = {
+    "version": 1, "identity": {"user": "x-user", "tenant": "x-tenant"},
+    "rules": {"user": {"key": "{t:${tenant}}:u:${user}", "limit": 1000000, "period": "1s"},
+              "tenant": {"key": "{t:${tenant}}:t", "limit": 1000000, "period": "1s"}},
+    "routes": [{"method": "GET", "path": "/r", "rules": ["user", "tenant"]}],
+    "store": {"timeout": "1s"},
+}
+
+
+def pct(samples, q):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def drive(app, n, concurrency, users):
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://b") as c:
+        for i in range(50):
+            await c.get("/r", headers={"x-user": "warm", "x-tenant": "w"})
+        lat = []
+        if concurrency == 1:
+            for i in range(n):
+                t = time.perf_counter()
+                r = await c.get("/r", headers={"x-user": f"u{i % users}", "x-tenant": "t"})
+                lat.append(time.perf_counter() - t)
+                assert r.status_code == 200
+            return lat, None
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i):
+            async with sem:
+                r = await c.get("/r", headers={"x-user": f"u{i % users}", "x-tenant": "t"})
+                assert r.status_code == 200
+
+        t = time.perf_counter()
+        await asyncio.gather(*[one(i) for i in range(n)])
+        return None, n / (time.perf_counter() - t)
+
+
+async def middleware_bench(port, n):
+    pool = redis.asyncio.BlockingConnectionPool(port=port, max_connections=64, timeout=5)
+    gw = Gateway(redis_rl.AsyncClient(redis.asyncio.Redis(connection_pool=pool)),
+                 parse_policy(json.dumps(POLICY)), log_sample=0)
+    wrapped = RateLimitMiddleware(plain, gw)
+    plain_lat, _ = await drive(plain, n, 1, 100)
+    mw_lat, _ = await drive(wrapped, n, 1, 100)
+    _, plain_rps = await drive(plain, n, 32, 100)
+    _, mw_rps = await drive(wrapped, n, 32, 100)
+    await pool.disconnect()
+    return {
+        "plain": (plain_rps, pct(plain_lat, .5), pct(plain_lat, .99)),
+        "middleware": (mw_rps, pct(mw_lat, .5), pct(mw_lat, .99)),
+        "added": (pct(mw_lat, .5) - pct(plain_lat, .5), pct(mw_lat, .99) - pct(plain_lat, .99)),
+    }
+
+
+def limits_bench(port, n):
+    from limits import parse, storage, strategies
+    # the module caps a log at 10000 entries; 100 keys keep every hit admitted
+    item = parse("10000/second")
+    out = {}
+    for strategy in ("fixed-window", "moving-window", "sliding-window-counter"):
+        row = {}
+        for scheme in ("rl", "redis"):
+            st = storage.storage_from_string(f"{scheme}://127.0.0.1:{port}")
+            lim = strategies.STRATEGIES[strategy](st)
+            for _ in range(50):
+                lim.hit(item, "warm", scheme)
+            lat = []
+            t0 = time.perf_counter()
+            for i in range(n):
+                t = time.perf_counter()
+                lim.hit(item, f"k{i % 100}", scheme, strategy)
+                lat.append(time.perf_counter() - t)
+            row[scheme] = (n / (time.perf_counter() - t0), pct(lat, .5), pct(lat, .99))
+        out[strategy] = row
+    st = storage.storage_from_string(f"rl://127.0.0.1:{port}")
+    lim = strategies.STRATEGIES["gcra"](st)
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        t = time.perf_counter()
+        lim.hit(item, f"k{i % 100}", "gcra")
+        lat.append(time.perf_counter() - t)
+    out["gcra"] = {"rl": (n / (time.perf_counter() - t0), pct(lat, .5), pct(lat, .99))}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=5000)
+    args = ap.parse_args()
+    server = Server()
+    try:
+        with redis.Redis(port=server.port) as r:
+            version = r.info("server").get("redis_version")
+        print(f"server: {Path(server.proc.args[0]).name} {version}, requests per run: {args.requests}")
+        m = asyncio.run(middleware_bench(server.port, args.requests))
+        print("\n| app | requests/s (32 in flight) | p50 | p99 |\n|---|---|---|---|")
+        for name in ("plain", "middleware"):
+            rps, p50, p99 = m[name]
+            print(f"| {name} | {rps:,.0f} | {p50 * 1e6:,.0f} µs | {p99 * 1e6:,.0f} µs |")
+        a50, a99 = m["added"]
+        print(f"| added by the middleware | | {a50 * 1e6:,.0f} µs | {a99 * 1e6:,.0f} µs |")
+        lb = limits_bench(server.port, args.requests)
+        print("\n| strategy | rl:// hits/s | rl:// p50 / p99 | redis:// hits/s | redis:// p50 / p99 |"
+              "\n|---|---|---|---|---|")
+        for strategy, row in lb.items():
+            rl = row["rl"]
+            cells = [f"{rl[0]:,.0f}", f"{rl[1] * 1e6:,.0f} / {rl[2] * 1e6:,.0f} µs"]
+            if "redis" in row:
+                rd = row["redis"]
+                cells += [f"{rd[0]:,.0f}", f"{rd[1] * 1e6:,.0f} / {rd[2] * 1e6:,.0f} µs"]
+            else:
+                cells += ["(limits has no gcra)", ""]
+            print(f"| {strategy} | " + " | ".join(cells) + " |")
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -439,13 +439,10 @@ fn random_command(rng: &mut Rng, prefix: &str) -> Vec<String> {
 
 /// Reply positions that are waits or lifetimes (milliseconds read off each server's own clock).
 fn timed(command: &str, path: &[usize]) -> bool {
-    match (command, path) {
-        ("RL.ADMIT", [2 | 3]) => true,
-        ("RL.MULTI", [2]) | ("RL.MULTI", [3, _, 2]) => true,
-        ("RL.ACQUIRE", [3]) => true,
-        ("RL.GRANT", [2 | 3]) => true,
-        _ => false,
-    }
+    matches!(
+        (command, path),
+        ("RL.ADMIT" | "RL.GRANT", [2 | 3]) | ("RL.MULTI", [2] | [3, _, 2]) | ("RL.ACQUIRE", [3])
+    )
 }
 
 /// Compares two replies: exact, but for times, which may differ by the moment between the two

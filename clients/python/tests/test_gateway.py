@@ -384,3 +384,72 @@ async def test_trusted_proxies_read_x_forwarded_for(server):
     assert _peer_ip("10.0.0.1", "1.1.1.1, junk, 10.0.0.7", trusted) == "10.0.0.7"
     assert _peer_ip("3.3.3.3", "1.1.1.1", trusted) == "3.3.3.3"
     assert _peer_ip("10.0.0.1", None, trusted) == "10.0.0.1"
+
+
+async def test_durable_rules_wait_for_a_replica():
+    import time as _time
+    import redis as sync_redis
+    from servers import Server
+    primary = Server()
+    replica = Server(extra=["--replicaof", "127.0.0.1", str(primary.port)])
+    try:
+        deadline = _time.monotonic() + 20
+        with sync_redis.Redis(port=replica.port, decode_responses=True) as r:
+            while r.info("replication").get("master_link_status") != "up":
+                assert _time.monotonic() < deadline, "the replica never synced"
+                _time.sleep(0.05)
+        rules = {"durable": {"key": "{d}:${user}", "limit": 100, "period": "1h", "durable": True}}
+        routes = [{"method": "POST", "path": "/d", "rules": ["durable"]}]
+        gw = gateway(primary.port, policy(routes, rules, store={"timeout": "300ms"}),
+                     durable_connections=2)
+        async with http(gw) as c:
+            ok = await c.post("/d", headers={"x-user": "dur"})
+            assert gw.metrics.count("POST /d", "durable", "unreplicated_admit") == 0
+            replica.kill()
+            lagging = await c.post("/d", headers={"x-user": "dur"})
+        assert ok.status_code == lagging.status_code == 200
+        assert gw.metrics.count("POST /d", "durable", "unreplicated_admit") == 1
+        assert gw.metrics.count("POST /d", "durable", "admit") == 2
+    finally:
+        replica.close()
+        primary.close()
+
+
+def test_the_breaker_half_opens_probes_once_and_ramps():
+    import random
+    from redis_rl.gateway.posture import Breaker
+    now = [0.0]
+    states = []
+    b = Breaker(2, 1.0, 10.0, clock=lambda: now[0], rng=random.Random(7), on_state=states.append)
+    t = b.admit("fallback")
+    b.report(t, False)
+    b.report(b.admit("fallback"), False)
+    assert b.state == "open" and b.admit("fallback") is None
+    b.report(t, True)  # a call from before it opened changes nothing
+    assert b.state == "open"
+    now[0] = 1.0
+    probe = b.admit("fallback")
+    assert probe is not None and probe[1] and b.admit("fallback") is None
+    b.cancel(probe)
+    probe = b.admit("fallback")
+    b.report(probe, True)
+    assert b.state == "ramping"
+    now[0] = 3.5  # a quarter of the ramp: about a quarter of fallback requests, every deny one
+    sent = sum(b.admit("fallback") is not None for _ in range(2000))
+    assert 350 < sent < 650
+    assert all(b.admit("deny") is not None for _ in range(50))
+    now[0] = 11.0
+    assert b.state == "closed"
+    assert states == ["open", "half_open", "ramping", "closed"]
+
+
+def test_the_local_fallback_is_the_modules_gcra():
+    from redis_rl.gateway.posture import LocalGcra
+    g = LocalGcra(5, 1000, 10)  # 5 per second, bursts of 10
+    t0 = 1_700_000_000_000_000
+    got = [g.decide(1, t0).allowed for _ in range(11)]
+    assert got == [True] * 10 + [False]
+    refused = g.decide(1, t0)
+    assert refused.retry_after_ms == 200 and refused.remaining == 0
+    assert g.decide(1, t0 + 200_000).allowed
+    assert g.decide(3, t0 + 200_000).retry_after_ms == 600

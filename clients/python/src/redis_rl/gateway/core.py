@@ -118,8 +118,10 @@ class Gateway:
     def __init__(self, client: AsyncClient, policy: Union[Policy, PolicySource, str, Path], *,
                  legacy_headers: bool = False, log_sample: float = 0.01,
                  metrics_hook=None, identify: Optional[Identify] = None,
-                 rng: Optional[random.Random] = None):
+                 durable_connections: int = 0, rng: Optional[random.Random] = None):
         self.client = client
+        self._durable = [_one_connection(client) for _ in range(durable_connections)]
+        self._durable_turn = 0
         if isinstance(policy, (str, Path)):
             policy = PolicySource(policy)
         elif isinstance(policy, Policy):
@@ -212,12 +214,16 @@ class Gateway:
             return self._posture(policy, route, keys, logged, show_private)
 
         idem = headers.get("idempotency-key") or secrets.token_hex(16)
+        store = self.client
+        if self._durable and any(r.durable for r in route.rules):
+            store = self._durable[self._durable_turn % len(self._durable)]
+            self._durable_turn += 1
         taken = _Taken()
         started = time.perf_counter()
         reported = False
         try:
             shown = await asyncio.wait_for(
-                self._store(policy, route, keys, idem, taken, logged),
+                self._store(store, policy, route, keys, idem, taken, logged),
                 policy.store_timeout_ms / 1000)
         except _Refusal as refusal:
             self.breaker.report(ticket, True)
@@ -262,7 +268,7 @@ class Gateway:
             if not r.shadow:
                 self._count(policy, route, r, "admit", logged)
         if any(r.durable for r in route.rules):
-            await self._wait_durable(policy, route, logged)
+            await self._wait_durable(store, policy, route, logged)
         visible = [s for s in shown if self._visible(route, s, show_private)]
         stop = self._renew(taken)
 
@@ -331,7 +337,7 @@ class Gateway:
 
     # ---- the store calls ----
 
-    async def _store(self, policy: Policy, route: Route, keys: Dict[str, str], idem: str,
+    async def _store(self, client: AsyncClient, policy: Policy, route: Route, keys: Dict[str, str], idem: str,
                      taken: _Taken, logged: bool) -> List[Shown]:
         shown: Dict[str, Shown] = {}
         for r in route.rules:
@@ -342,7 +348,7 @@ class Gateway:
                 holder = secrets.token_hex(8).encode()
                 key = keys[r.name].encode()
                 taken.slots.append((key, holder, r))
-                a = await self.client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
+                a = await client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
                 free = max(0, r.concurrency - a.in_flight)
                 s = Shown(name=r.name, limit=r.concurrency, period_ms=0, capacity=r.concurrency,
                           remaining=free, reset_after_ms=0, refused=not a.acquired,
@@ -353,7 +359,7 @@ class Gateway:
                     raise _Refusal(r, keys[r.name], a.retry_after_ms, self._ordered(route, shown))
         for r in route.rules:
             if r.settle and not r.shadow:
-                d = await self.client.admit(keys[r.name], r.limit, r.period_ms / 1000,
+                d = await client.admit(keys[r.name], r.limit, r.period_ms / 1000,
                                             burst=r.burst, cost=r.cost, algo=_algo(r),
                                             reserve=idem)
                 shown[r.name] = _shown_rate(r, d.remaining, d.reset_after_ms, not d.allowed,
@@ -363,7 +369,7 @@ class Gateway:
                 taken.reservations.append((keys[r.name], idem))
         multi = [r for r in route.rules if r.multi and not r.settle]
         if multi:
-            decision = await self.client.multi([
+            decision = await client.multi([
                 c.Rule(r.name, keys[r.name], r.limit, r.period_ms / 1000, burst=r.burst,
                        cost=None if r.cost == 1 else r.cost, algo=_algo(r)) for r in multi])
             by_name = {o.name: o for o in decision.rules}
@@ -384,12 +390,12 @@ class Gateway:
                 holder = secrets.token_hex(8).encode()
                 key = keys[r.name].encode()
                 taken.slots.append((key, holder, r))
-                a = await self.client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
+                a = await client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
                 if not a.acquired:
                     taken.slots.pop()
                     self._count(policy, route, r, "shadow_refuse", logged)
             else:
-                d = await self.client.admit(keys[r.name], r.limit, r.period_ms / 1000,
+                d = await client.admit(keys[r.name], r.limit, r.period_ms / 1000,
                                             burst=r.burst, cost=r.cost, algo=_algo(r))
                 if not d.allowed:
                     self._count(policy, route, r, "shadow_refuse", logged)
@@ -473,19 +479,37 @@ class Gateway:
         task = asyncio.ensure_future(beat())
         return task.cancel
 
-    async def _wait_durable(self, policy: Policy, route: Route, logged: bool) -> None:
+    async def _wait_durable(self, client: AsyncClient, policy: Policy, route: Route,
+                            logged: bool) -> None:
+        """WAIT 1 on the connection that carried the writes: on a connection of its own
+        (`durable_connections`) it waits for this request's writes, and no other route queues
+        behind a lagging replica; on the shared pool it waits for whichever connection it
+        gets, which is weaker."""
         durable = [r for r in route.rules if r.durable and r.grant is None and not r.shadow]
         if not durable:
             return
         try:
             acks = await asyncio.wait_for(
-                self.client.redis.execute_command("WAIT", 1, policy.store_timeout_ms),
+                client.redis.execute_command("WAIT", 1, policy.store_timeout_ms),
                 2 * policy.store_timeout_ms / 1000)
         except (asyncio.TimeoutError, Exception):
             acks = 0
         if not isinstance(acks, int) or acks < 1:
             for r in durable:
                 self._count(policy, route, r, "unreplicated_admit", logged)
+
+
+def _one_connection(client: AsyncClient) -> AsyncClient:
+    """A client on one connection of its own, to the same server as `client`."""
+    import redis.asyncio
+    if client.cluster:
+        raise ValueError("durable_connections needs a single server; on a cluster WAIT is "
+                         "sent on the shared pool")
+    pool = client.redis.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    one = redis.asyncio.BlockingConnectionPool(connection_class=pool.connection_class,
+                                               max_connections=1, timeout=None, **kwargs)
+    return AsyncClient(redis.asyncio.Redis(connection_pool=one))
 
 
 def _algo(r: RuleSpec) -> Optional[str]:

@@ -350,7 +350,7 @@ async def test_the_gateway_on_a_cluster(cluster):
 
 
 async def test_the_fastapi_dependency(server):
-    from fastapi import Depends, FastAPI, Response
+    from fastapi import Depends, FastAPI
     import httpx
     from redis_rl.gateway import dependency, install
 
@@ -453,3 +453,15 @@ def test_the_local_fallback_is_the_modules_gcra():
     assert refused.retry_after_ms == 200 and refused.remaining == 0
     assert g.decide(1, t0 + 200_000).allowed
     assert g.decide(3, t0 + 200_000).retry_after_ms == 600
+
+
+async def test_a_module_refusal_is_neither_a_429_nor_an_admit(plain_server):
+    import redis_rl
+    from redis_rl.gateway import Gateway
+    import redis.asyncio
+    client = redis_rl.AsyncClient(redis.asyncio.Redis(port=plain_server.port), mode="module")
+    gw = Gateway(client, policy(_routes(), RULES))
+    async with http(gw) as c:
+        r = await c.get("/r", headers={"x-user": "nomodule"})
+    assert r.status_code == 500 and r.json()["title"] == "Internal Server Error"
+    assert gw.breaker.state == "closed"

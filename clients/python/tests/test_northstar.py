@@ -5,7 +5,6 @@ has the package and uvicorn, rather than building its own on first run."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx

@@ -4,7 +4,6 @@ handler that answers a scripted sequence."""
 import random
 
 import httpx
-import pytest
 
 from redis_rl.gateway.retry import (AsyncRetryTransport, Policy, RetryTransport, backoff,
                                     retry_after_seconds)

@@ -247,7 +247,7 @@ class Gateway:
                 self.metrics.store_call("error", time.perf_counter() - started)
                 await self._undo(taken, refund=True)
                 log.error("rate limiter refused %s: %s", route.name, exc)
-                return Outcome(500, {}, problem.unavailable(1))
+                return Outcome(500, {}, problem.misconfigured())
             self.breaker.report(ticket, False)
             reported = True
             log.warning("store call for %s failed: %r", route.name, exc)

@@ -25,3 +25,14 @@ def unavailable(retry_after_s: int) -> bytes:
         "status": 503,
         "detail": f"The rate limiter is unavailable; retry after {retry_after_s} s.",
     }).encode()
+
+
+def misconfigured() -> bytes:
+    """The module refused the route's calls (a policy or deployment bug, such as the module
+    not loaded): neither a 429 nor an admit."""
+    return json.dumps({
+        "type": "about:blank",
+        "title": "Internal Server Error",
+        "status": 500,
+        "detail": "The rate limiter refused this route's rules; the gateway's log says why.",
+    }).encode()

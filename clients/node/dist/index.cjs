@@ -492,7 +492,7 @@ function throttle(k, maxBurst, count2, periodSeconds, quantity) {
 // src/client.js
 var import_meta = {};
 var PACKAGE_ROOT = (0, import_node_path.join)(typeof __dirname === "string" ? __dirname : (0, import_node_path.dirname)((0, import_node_url.fileURLToPath)(import_meta.url)), "..");
-var SCRIPT_PATH = (0, import_node_path.join)(PACKAGE_ROOT, "rl.lua");
+var SCRIPT_PATH = [(0, import_node_path.join)(PACKAGE_ROOT, "rl.lua"), (0, import_node_path.join)(PACKAGE_ROOT, "..", "scripts", "rl.lua")].find((p) => (0, import_node_fs.existsSync)(p)) ?? (0, import_node_path.join)(PACKAGE_ROOT, "rl.lua");
 var RL = class {
   // `store`: an ioredis, iovalkey or node-redis client (or cluster), an adapter, or a
   // sendCommand function. Options: `timeout` (ms, per call), `mode` ('auto', 'module' or

@@ -2,16 +2,19 @@
 // sends it natively or, where the module is not loaded, as EVALSHA of rl.lua (clients/SPEC.md
 // section 5).
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { adapt } from './adapters.js';
 import * as commands from './commands.js';
 import { refused, RLError } from './errors.js';
 
-// src/ in the ESM package, dist/ in the CommonJS build: the script sits beside both.
+// src/ in the ESM package, dist/ in the CommonJS build, both one level down. A packed package
+// carries its copy of the script (prepack); installed from the repository's directory, it
+// reads the repository's own clients/scripts/rl.lua.
 const PACKAGE_ROOT = join(typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url)), '..');
-export const SCRIPT_PATH = join(PACKAGE_ROOT, 'rl.lua');
+export const SCRIPT_PATH = [join(PACKAGE_ROOT, 'rl.lua'), join(PACKAGE_ROOT, '..', 'scripts', 'rl.lua')]
+  .find((p) => existsSync(p)) ?? join(PACKAGE_ROOT, 'rl.lua');
 
 export class RL {
   // `store`: an ioredis, iovalkey or node-redis client (or cluster), an adapter, or a

@@ -94,7 +94,7 @@ describe('policy validation', () => {
     const store = PolicyStore.fromFile(file);
     assert.throws(() => store.reload(), { message: 'policy version 3 is not higher than the version in force, 3' });
     writeFileSync(file, '{"version": 9');
-    assert.throws(() => store.reload(), /^invalid policy: not JSON/);
+    assert.throws(() => store.reload(), { message: /^invalid policy: not JSON/ });
     assert.equal(store.current.version, 3);
     writeFileSync(file, JSON.stringify({ ...base(), version: 4 }));
     assert.equal(store.reload().version, 4);

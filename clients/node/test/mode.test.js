@@ -1,0 +1,73 @@
+// Script mode (clients/SPEC.md section 5): the mode is detected with COMMAND INFO RL.ADMIT,
+// logged once per change and exposed as a gauge; NOSCRIPT loads the shipped script again.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Gateway, RL } from '../src/index.js';
+import { Server } from './support/server.js';
+
+let plain;
+let withModule;
+before(async () => {
+  plain = await Server.start([], { module: false });
+  withModule = await Server.start([], { module: true });
+});
+after(async () => {
+  await plain.stop();
+  await withModule.stop();
+});
+
+const recorder = () => {
+  const lines = [];
+  return { lines, info: (m) => lines.push(m), warn() {}, error() {} };
+};
+
+describe('store mode', () => {
+  test('a server without the module runs the script, logged once', async () => {
+    const io = await plain.ioredis();
+    const logger = recorder();
+    const modes = [];
+    const rl = new RL(io, { logger, onMode: (m) => modes.push(m) });
+    try {
+      const d = await rl.admit({ key: 'm:k', limit: 2, period: 1000, burst: 20 });
+      assert.deepEqual([d.allowed, d.remaining, d.capacity], [true, 19, 20]);
+      await rl.admit({ key: 'm:k', limit: 2, period: 1000, burst: 20 });
+      assert.equal(rl.mode, 'script');
+      assert.deepEqual(logger.lines, ['redis-rl: store mode script']);
+      assert.deepEqual(modes, ['script']);
+      // The script's keys are plain Redis types.
+      assert.notEqual(await io.type('m:k'), 'rllimiter');
+    } finally {
+      io.disconnect();
+    }
+  });
+
+  test('after SCRIPT FLUSH the script is loaded again and the call retried once', async () => {
+    const io = await plain.ioredis();
+    const rl = new RL(io, { logger: recorder() });
+    try {
+      await rl.info('m:none');
+      await io.call('SCRIPT', 'FLUSH');
+      assert.equal(await rl.info('m:none'), null);
+      assert.equal(rl.mode, 'script');
+    } finally {
+      io.disconnect();
+    }
+  });
+
+  test('the gateway exposes the mode as rl_gateway_store_mode', async () => {
+    for (const [server, mode] of [[plain, 'script'], [withModule, 'module']]) {
+      const io = await server.ioredis();
+      const gw = new Gateway({ store: io, logger: recorder(), policy: {
+        version: 1, rules: { a: { key: 'mode:a', limit: 5, period: '1h' } }, routes: [{ method: 'GET', path: '/', rules: ['a'] }] } });
+      try {
+        const d = await gw.decide({ method: 'GET', path: '/', headers: {}, peer: '127.0.0.1' });
+        assert.equal(d.status, 200);
+        const text = gw.metrics.render();
+        assert.match(text, new RegExp(`rl_gateway_store_mode\\{mode="${mode}"\\} 1\\n`));
+        assert.match(text, new RegExp(`rl_gateway_store_mode\\{mode="${mode === 'module' ? 'script' : 'module'}"\\} 0\\n`));
+      } finally {
+        io.disconnect();
+      }
+    }
+  });
+});

@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+// The example gateway of CLIENTS.md section 7: the gateway in front of a stub backend, with
+// /healthz, /metrics and POST /-/reload served by the gateway itself.
+//
+//   northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]
+import express from 'express';
+import Redis from 'ioredis';
+import { expressMiddleware, Gateway, PolicyError, PolicyStore } from '../src/index.js';
+
+const USAGE = 'usage: northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]';
+
+function parseArgs(argv) {
+  const args = { redis: 'redis://127.0.0.1:6379', listen: '127.0.0.1:8080', policy: null, cluster: false };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${arg} needs a value\n${USAGE}`);
+      return argv[++i];
+    };
+    if (arg === '--redis') args.redis = value();
+    else if (arg === '--listen') args.listen = value();
+    else if (arg === '--policy') args.policy = value();
+    else if (arg === '--cluster') args.cluster = true;
+    else throw new Error(`unknown argument ${arg}\n${USAGE}`);
+  }
+  if (!args.policy) throw new Error(`--policy is required\n${USAGE}`);
+  return args;
+}
+
+// A posture needs calls to fail while the store is away, not wait in a queue and replay.
+function connect(url, cluster) {
+  const options = { enableOfflineQueue: false, maxRetriesPerRequest: 0 };
+  const client = cluster
+    ? new Redis.Cluster([url], { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
+    : new Redis(url, options);
+  client.on('error', () => {});
+  return new Promise((resolve) => client.once('ready', () => resolve(client)));
+}
+
+// The stub backend: 200 with a small JSON body; ?ms=N waits N ms, ?units=N reports
+// X-Actual-Cost: N; POST /login is 401 without X-Password: ok.
+async function stub(req, res) {
+  const ms = Number(req.query.ms);
+  if (Number.isInteger(ms) && ms > 0) await new Promise((r) => setTimeout(r, ms));
+  if (req.method === 'POST' && req.path === '/login' && req.get('x-password') !== 'ok') {
+    res.status(401).json({ error: 'bad password' });
+    return;
+  }
+  if (/^[0-9]+$/.test(String(req.query.units ?? ''))) res.setHeader('X-Actual-Cost', String(req.query.units));
+  res.json({ ok: true, method: req.method, path: req.path });
+}
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const policies = PolicyStore.fromFile(args.policy);
+  const [store, durableStore] = await Promise.all([connect(args.redis, args.cluster), connect(args.redis, args.cluster)]);
+  const gateway = new Gateway({ store, durableStore, policy: policies });
+  const app = express();
+  app.set('trust proxy', false);
+  app.get('/healthz', (req, res) => res.type('text/plain').send('ok\n'));
+  app.get('/metrics', (req, res) => res.type('text/plain; version=0.0.4').send(gateway.metrics.render()));
+  app.post('/-/reload', (req, res) => {
+    try {
+      res.json({ version: gateway.reload().version });
+    } catch (err) {
+      if (!(err instanceof PolicyError)) throw err;
+      res.status(/is not higher than the version in force/.test(err.message) ? 409 : 400).json({ error: err.message });
+    }
+  });
+  app.use(expressMiddleware(gateway));
+  app.all(/.*/, stub);
+  const colon = args.listen.lastIndexOf(':');
+  const host = args.listen.slice(0, colon).replace(/^\[|\]$/g, '');
+  const port = Number(args.listen.slice(colon + 1));
+  const server = app.listen(port, host, () => {
+    const a = server.address();
+    console.log(`listening on ${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`);
+  });
+}
+
+main().catch((err) => {
+  console.error(err.message ?? err);
+  process.exit(1);
+});

@@ -1,0 +1,103 @@
+// clients/node/northstar, run as an operator runs it, in front of a real server and a cluster.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, describe, test } from 'node:test';
+import { Cluster, Server } from './support/server.js';
+
+const NORTHSTAR = join(dirname(fileURLToPath(import.meta.url)), '..', 'northstar');
+const POLICY = JSON.parse(readFileSync(join(dirname(NORTHSTAR), 'northstar.policy.json'), 'utf8'));
+
+const running = new Set();
+after(() => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+// Starts northstar on a fresh copy of the policy; resolves once it printed `listening on ADDR`.
+function northstar(redis, cluster) {
+  const dir = mkdtempSync(join(tmpdir(), 'northstar-'));
+  const policy = join(dir, 'policy.json');
+  writeFileSync(policy, JSON.stringify(POLICY));
+  const args = ['--redis', redis, '--listen', '127.0.0.1:0', '--policy', policy, ...(cluster ? ['--cluster'] : [])];
+  const child = spawn(NORTHSTAR, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  running.add(child);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stderr.on('data', (d) => { err += d; });
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /^listening on (\S+)$/m.exec(out);
+      if (m) resolve({ url: `http://${m[1]}`, policy, stop: () => { child.kill('SIGKILL'); running.delete(child); } });
+    });
+    child.once('exit', (code) => reject(new Error(`northstar exited ${code}: ${err}`)));
+  });
+}
+
+async function exercise(ns) {
+  const h = await fetch(`${ns.url}/healthz`);
+  assert.equal(h.status, 200);
+  assert.equal(await h.text(), 'ok\n');
+  const catalog = await fetch(`${ns.url}/catalog`, { headers: { 'x-tenant': 'acme', 'x-user': 'ann' } });
+  assert.equal(catalog.status, 200);
+  assert.deepEqual(await catalog.json(), { ok: true, method: 'GET', path: '/catalog' });
+  assert.equal(catalog.headers.get('ratelimit-policy'), '"read";q=2;w=1;rl-burst=20, "tenant";q=1000;w=60');
+  assert.equal(catalog.headers.get('ratelimit'), '"read";r=19;t=1, "tenant";r=999;t=1');
+  // Failed logins count against the IP rule too: 20 per 10 s window.
+  const logins = [];
+  for (let i = 0; i < 21; i++) logins.push((await fetch(`${ns.url}/login`, { method: 'POST' })).status);
+  const refused = logins.indexOf(429);
+  assert.ok(refused >= 1, JSON.stringify(logins));
+  assert.ok(logins.slice(0, refused).every((s) => s === 401), JSON.stringify(logins));
+  const ok = await fetch(`${ns.url}/checkout`, { method: 'POST', headers: { 'x-tenant': 'acme', 'x-user': 'ann' } });
+  assert.equal(ok.status, 200);
+  const exp = await fetch(`${ns.url}/reports/export?units=3`, { method: 'POST', headers: { 'x-tenant': 'acme' } });
+  assert.equal(exp.status, 200);
+  assert.equal(exp.headers.get('ratelimit-policy'), '"inflight";q=3;qu="concurrent-requests", "export";q=100;w=60');
+  const metrics = await (await fetch(`${ns.url}/metrics`)).text();
+  assert.match(metrics, /rl_gateway_decisions_total\{route="GET \/catalog",rule="read",outcome="admit"\} 1\n/);
+  assert.match(metrics, /rl_gateway_policy_version 7\n/);
+  const stale = await fetch(`${ns.url}/-/reload`, { method: 'POST' });
+  assert.equal(stale.status, 409);
+  assert.equal((await stale.json()).error, 'policy version 7 is not higher than the version in force, 7');
+  writeFileSync(ns.policy, JSON.stringify({ ...POLICY, version: 8 }));
+  const reloaded = await fetch(`${ns.url}/-/reload`, { method: 'POST' });
+  assert.deepEqual([reloaded.status, await reloaded.json()], [200, { version: 8 }]);
+  writeFileSync(ns.policy, '{"version": 9, "routes": []}');
+  assert.equal((await fetch(`${ns.url}/-/reload`, { method: 'POST' })).status, 400);
+  assert.match(await (await fetch(`${ns.url}/metrics`)).text(), /rl_gateway_policy_version 8\n/);
+}
+
+describe('northstar', () => {
+  test('serves the policy in front of one server', async () => {
+    const server = await Server.start();
+    const ns = await northstar(server.url, false);
+    try {
+      await exercise(ns);
+      server.kill();
+      // The store is gone: /catalog falls back, /checkout denies, /healthz still answers.
+      await new Promise((r) => setTimeout(r, 100));
+      const deny = await fetch(`${ns.url}/checkout`, { method: 'POST' });
+      assert.equal(deny.status, 503);
+      assert.equal((await fetch(`${ns.url}/catalog`)).status, 200);
+      assert.equal((await fetch(`${ns.url}/healthz`)).status, 200);
+    } finally {
+      ns.stop();
+      await server.stop();
+    }
+  });
+
+  test('serves the policy in front of a cluster (--cluster)', async () => {
+    const cluster = await Cluster.start();
+    const ns = await northstar(cluster.nodes[0].url, true);
+    try {
+      await exercise(ns);
+    } finally {
+      ns.stop();
+      await cluster.stop();
+    }
+  });
+});

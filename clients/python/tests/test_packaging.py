@@ -1,0 +1,48 @@
+"""The built wheel ships rl.lua (a symlink to clients/scripts/rl.lua in the source tree, which
+setuptools follows), and valkey-py's clients are drop-ins."""
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import redis_rl
+from redis_rl.client import load_script
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_contains_the_script(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "-q", "-w", str(tmp_path), str(HERE)], check=True)
+    wheel = next(tmp_path.glob("redis_rl-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read("redis_rl/rl.lua")
+    source = (HERE.parent / "scripts" / "rl.lua").read_bytes()
+    assert shipped == source
+    assert hashlib.sha1(load_script()).hexdigest() == hashlib.sha1(source).hexdigest()
+
+
+def test_valkey_py_clients_are_drop_ins(server):
+    valkey = pytest.importorskip("valkey")
+    client = redis_rl.Client(valkey.Valkey(port=server.port, protocol=3))
+    first = client.admit("valkey-py:k", 2, 3600)
+    assert first.allowed and first.remaining == 1
+    with pytest.raises(redis_rl.Refused) as info:
+        client.admit("valkey-py:k", 2, 3600, algo="window")
+    assert str(info.value).startswith("ERR key holds an ALGO gcra limiter")
+
+
+async def test_valkey_py_asyncio(server):
+    valkey = pytest.importorskip("valkey.asyncio")
+    conn = valkey.Valkey(port=server.port)
+    try:
+        client = redis_rl.AsyncClient(conn)
+        d = await client.multi([redis_rl.Rule("a", "{vk}:a", 1, 3600),
+                                redis_rl.Rule("b", "{vk}:b", 1, 3600)])
+        assert d.allowed and [r.remaining for r in d.rules] == [0, 0]
+    finally:
+        await conn.aclose()

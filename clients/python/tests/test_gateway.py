@@ -465,3 +465,28 @@ async def test_a_module_refusal_is_neither_a_429_nor_an_admit(plain_server):
         r = await c.get("/r", headers={"x-user": "nomodule"})
     assert r.status_code == 500 and r.json()["title"] == "Internal Server Error"
     assert gw.breaker.state == "closed"
+
+
+async def test_a_later_refusal_gives_back_grant_tokens_and_refunds_reservations(server):
+    rules = {"hot": {"key": "hot:${tenant}", "limit": 1000, "period": "1h",
+                     "grant": {"want": 5, "ttl": "1h"}},
+             "export": {"key": "{e:${tenant}}:export", "limit": 100, "period": "1h", "cost": 10,
+                        "settle": True},
+             "strict": {"key": "{e:${tenant}}:strict", "limit": 1, "period": "1h"}}
+    routes = [{"method": "POST", "path": "/x", "rules": ["hot", "export", "strict"]}]
+    gw = gateway(server.port, policy(routes, rules, negative_cache={"max": "1ms"}))
+    h = {"x-tenant": "giveback", "x-user": "u"}
+    async with http(gw) as c:
+        ok = await c.post("/x", headers=h)
+        refused = await c.post("/x", headers=h)
+        await asyncio.sleep(0.01)
+        again = await c.post("/x", headers=h)
+    assert (ok.status_code, refused.status_code, again.status_code) == (200, 429, 429)
+    assert refused.json()["violated-policies"] == ["strict"]
+    # one refill of 5: the admitted request took 1, each refusal gave its token back
+    assert gw.metrics.refills == {"hot": 1}
+    chunk = gw._chunks[("hot", "hot:giveback")]
+    assert chunk.tokens == 4
+    # the refused requests' reservations were refunded: only the first request's 10 is spent
+    info = await gw.client.info("{e:giveback}:export")
+    assert info.remaining == 90

@@ -490,3 +490,25 @@ async def test_a_later_refusal_gives_back_grant_tokens_and_refunds_reservations(
     # the refused requests' reservations were refunded: only the first request's 10 is spent
     info = await gw.client.info("{e:giveback}:export")
     assert info.remaining == 90
+
+
+async def test_stacked_layers_add_their_items_and_identify_resolves_callers(server):
+    import httpx
+    from redis_rl.gateway import RateLimitMiddleware
+
+    async def identify(scope):
+        token = dict(scope["headers"]).get(b"authorization", b"").decode()
+        return (token.removeprefix("Bearer ") or None, None)
+
+    inner = gateway(server.port, policy([{"method": "GET", "path": "/two", "rules": ["user"]}],
+                                        {"user": {"key": "in:${user}", "limit": 5, "period": "1h"}}),
+                    identify=identify)
+    outer = gateway(server.port, policy([{"method": "GET", "path": "/two", "rules": ["edge"]}],
+                                        {"edge": {"key": "out:${ip}", "limit": 9, "period": "1h"}}))
+    from gateway_support import backend
+    app = RateLimitMiddleware(RateLimitMiddleware(backend, inner), outer)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
+        r = await c.get("/two", headers={"authorization": "Bearer carol"})
+    assert r.headers["ratelimit-policy"] == '"user";q=5;w=3600, "edge";q=9;w=3600'
+    assert r.headers["ratelimit"] == '"user";r=4;t=720, "edge";r=8;t=400'
+    assert await inner.client.info("in:carol") is not None

@@ -1,0 +1,220 @@
+// Types of the redis-rl package (ESM `src/`, CommonJS `dist/index.cjs`).
+
+// Buffers are Uint8Arrays: the declarations need no @types/node.
+export type Bytes = string | Uint8Array;
+/** Milliseconds, or the module's syntax ("250ms", "10s", "1m"). Finer than 1 ms is refused. */
+export type Duration = number | string;
+export type Algo = 'gcra' | 'bucket' | 'window' | 'sliding' | 'log';
+export const ALGOS: readonly Algo[];
+
+export type ErrorKind = 'unavailable' | 'refused' | 'unexpected_reply' | 'invalid_request';
+export class RLError extends Error {
+  readonly kind: ErrorKind;
+  readonly isUnavailable: boolean;
+  /** True when the call missed its deadline. */
+  readonly timeout?: boolean;
+}
+export class TimeoutError extends RLError {}
+
+export interface AdmitRequest {
+  key: Bytes; limit: number; period: Duration; burst?: number; cost?: number; algo?: Algo; dryRun?: boolean;
+  reserve?: { id: Bytes; keep?: Duration };
+}
+export interface MultiRule { name: string; key: Bytes; limit: number; period: Duration; burst?: number; cost?: number; algo?: Algo }
+export interface MultiRequest { rules: MultiRule[]; dryRun?: boolean }
+export interface GrantRequest { key: Bytes; limit: number; period: Duration; burst?: number; algo?: Algo; want: number; ttl?: Duration }
+export interface AcquireRequest { key: Bytes; capacity: number; lease: Duration; holder?: Bytes }
+
+export interface Decision { allowed: boolean; remaining: number; retry_after_ms: number; reset_after_ms: number; capacity: number }
+export interface MultiDecision {
+  allowed: boolean; denied_by: string | null; retry_after_ms: number;
+  rules: { name: string; remaining: number; reset_after_ms: number }[];
+}
+export interface GrantReply { granted: number; remaining: number; valid_ms: number; retry_after_ms: number }
+export interface Lease { acquired: boolean; holder: string | null; in_flight: number; retry_after_ms: number }
+export interface Settlement { delta: number; remaining: number }
+export interface Info {
+  algo: Algo | 'semaphore'; limit: number; period_ms: number; capacity: number; remaining: number; reset_after_ms: number;
+  ttl_ms: number; tat_us?: number; tokens?: number; updated_us?: number; window_start_ms?: number; count?: number;
+  previous?: number; current?: number; entries?: number; logged_units?: number; in_flight?: number;
+  next_expiry_ms?: number; reservations?: number; debt?: number;
+}
+export interface Throttle { limited: boolean; limit: number; remaining: number; retry_after: number; reset_after: number }
+
+/** A command: its arguments, the keys it touches and the parser of its reply. */
+export interface Command<T> { name: string; args: Bytes[]; keys: Bytes[]; parse(raw: unknown): T }
+export namespace commands {
+  function admit(req: AdmitRequest): Command<Decision>;
+  function multi(req: MultiRequest): Command<MultiDecision>;
+  function grant(req: GrantRequest): Command<GrantReply>;
+  function acquire(req: AcquireRequest): Command<Lease>;
+  function release(key: Bytes, holder: Bytes): Command<boolean>;
+  function renew(key: Bytes, holder: Bytes, lease: Duration): Command<boolean>;
+  function settle(key: Bytes, id: Bytes, actual: number): Command<Settlement | null>;
+  function info(key: Bytes): Command<Info | null>;
+  function throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Command<Throttle>;
+}
+
+/** One interface over Redis clients: resolves the raw reply or rejects with an RLError. */
+export interface Adapter { send(name: string, args: Bytes[], firstKey?: Bytes): Promise<unknown> }
+export type SendCommand = (...args: string[]) => Promise<unknown>;
+/** An ioredis/iovalkey client or Cluster, a node-redis client or cluster, an adapter, or a sendCommand function. */
+export type Store = Adapter | SendCommand | object;
+export function adapt(store: Store): Adapter;
+export function fromIoredis(client: object, options?: { Command?: unknown }): Adapter;
+export const fromIovalkey: typeof fromIoredis;
+export function fromNodeRedis(client: object): Adapter;
+export function fromSendCommand(sendCommand: SendCommand): Adapter;
+export function classify(err: unknown): RLError;
+
+export type Mode = 'module' | 'script';
+export interface Logger { info?(...args: unknown[]): void; warn?(...args: unknown[]): void; error?(...args: unknown[]): void }
+export interface RLOptions {
+  /** Deadline of each call, in ms. */
+  timeout?: number;
+  mode?: 'auto' | Mode;
+  /** The script's text (default the rl.lua this package ships). */
+  script?: string;
+  logger?: Logger;
+  onMode?(mode: Mode): void;
+}
+export const SCRIPT_PATH: string;
+export class RL {
+  constructor(store: Store, options?: RLOptions);
+  readonly adapter: Adapter;
+  /** The mode in force, null until detected. */
+  readonly mode: Mode | null;
+  admit(req: AdmitRequest): Promise<Decision>;
+  multi(req: MultiRequest): Promise<MultiDecision>;
+  grant(req: GrantRequest): Promise<GrantReply>;
+  acquire(req: AcquireRequest): Promise<Lease>;
+  release(key: Bytes, holder: Bytes): Promise<boolean>;
+  renew(key: Bytes, holder: Bytes, lease: Duration): Promise<boolean>;
+  settle(key: Bytes, id: Bytes, actual: number): Promise<Settlement | null>;
+  info(key: Bytes): Promise<Info | null>;
+  throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Promise<Throttle>;
+  execute<T>(cmd: Command<T>, options?: { timeout?: number }): Promise<T>;
+}
+export function withDeadline<T>(promise: Promise<T>, ms?: number): Promise<T>;
+
+export function durationArg(value: Duration, what: string): string;
+export function parseDuration(text: string, what?: string): number;
+export function keySlot(key: Bytes): number;
+export function commonSlot(keys: Bytes[]): number | null;
+
+export namespace headers {
+  interface RuleSpec { name: string; limit?: number; periodMs?: number; capacity: number; semaphore?: boolean }
+  interface Outcome { remaining: number; resetAfterMs: number; retryAfterMs: number | null }
+  function policyItem(rule: RuleSpec): string;
+  function ratelimitItem(rule: RuleSpec, outcome: Outcome): string;
+  function render(pairs: [RuleSpec, Outcome][], legacy?: boolean): [string, string][];
+  function retryAfterSeconds(maxRetryMs: number, jitter: number, u: number): number;
+  function outcomeOf(decision: Decision): Outcome;
+  function refusedOutcome(waitMs: number): Outcome;
+  function sfString(s: string): string;
+}
+
+// ---- express-rate-limit ----
+export interface RLStoreOptions {
+  sendCommand?: SendCommand;
+  sendCommandCluster?: (command: { key: string; isReadOnly: boolean; command: string[] }) => Promise<unknown>;
+  client?: Store | RL;
+  prefix?: string;
+  algo?: Algo;
+  burst?: number;
+  timeout?: number;
+  logger?: Logger;
+}
+export class RLStore {
+  constructor(options: RLStoreOptions);
+  prefix: string;
+  localKeys: false;
+  init(options: { windowMs: number; limit?: number; max?: number; skipFailedRequests?: boolean; skipSuccessfulRequests?: boolean }): void;
+  get(key: string): Promise<{ totalHits: number; resetTime: Date | undefined } | undefined>;
+  increment(key: string): Promise<{ totalHits: number; resetTime: Date | undefined }>;
+  decrement(key: string): Promise<void>;
+  resetKey(key: string): Promise<void>;
+}
+
+// ---- rate-limiter-flexible ----
+export class RateLimiterRes {
+  constructor(remainingPoints?: number, msBeforeNext?: number, consumedPoints?: number, isFirstInDuration?: boolean);
+  remainingPoints: number;
+  msBeforeNext: number;
+  consumedPoints: number;
+  isFirstInDuration: boolean;
+  toJSON(): { remainingPoints: number; msBeforeNext: number; consumedPoints: number; isFirstInDuration: boolean };
+}
+export interface RateLimiterRLOptions {
+  storeClient: Store | RL;
+  points?: number;
+  /** Seconds. */
+  duration?: number;
+  keyPrefix?: string;
+  blockDuration?: number;
+  insuranceLimiter?: { consume(...args: unknown[]): Promise<unknown> } & Record<string, unknown>;
+  timeout?: number;
+  algo?: 'gcra' | 'bucket';
+  logger?: Logger;
+}
+export class RateLimiterRL {
+  constructor(options: RateLimiterRLOptions);
+  consume(key: string | number, points?: number, options?: object): Promise<RateLimiterRes>;
+  penalty(key: string | number, points?: number): Promise<RateLimiterRes>;
+  reward(key: string | number, points?: number): Promise<RateLimiterRes>;
+  get(key: string | number): Promise<RateLimiterRes | null>;
+  block(key: string | number, secDuration: number): Promise<RateLimiterRes>;
+  delete(key: string | number): Promise<boolean>;
+}
+
+// ---- The gateway ----
+export class PolicyError extends Error {}
+export interface Policy {
+  version: number;
+  routes: { method: string; path: string; name: string; rules: { name: string }[]; onStoreError: { mode: 'deny' | 'fallback' | 'allow' } }[];
+  [field: string]: unknown;
+}
+export function parsePolicy(text: string | object): Policy;
+export class PolicyStore {
+  static fromFile(file: string): PolicyStore;
+  constructor(policy: string | object | Policy, file?: string | null);
+  readonly current: Policy;
+  reload(): Policy;
+}
+export interface GatewayEvent { type: string; [field: string]: unknown }
+export interface GatewayOptions {
+  store: Store | RL;
+  policy: PolicyStore | string | object;
+  durableStore?: Store;
+  legacyHeaders?: boolean;
+  /** Share of requests whose decisions are logged, 0 to 1 (default 0.01). */
+  logSample?: number;
+  logger?: Logger;
+  hook?(event: GatewayEvent): void;
+  identify?(request: GatewayRequest): Promise<{ user?: string; tenant?: string } | undefined> | { user?: string; tenant?: string } | undefined;
+  random?(): number;
+  now?(): number;
+}
+export interface GatewayRequest { method: string; path: string; headers: Record<string, string | string[] | undefined>; peer?: string }
+export interface GatewayDecision {
+  status: number;
+  headers: [string, string][];
+  body?: object;
+  finish?(response: { actualCost?: unknown }): Promise<void>;
+  done?(): void;
+}
+export class Gateway {
+  constructor(options: GatewayOptions);
+  readonly policy: Policy;
+  readonly metrics: { render(): string; count(route: string, rule: string, outcome: string): number };
+  reload(): Policy;
+  decide(request: GatewayRequest): Promise<GatewayDecision | null>;
+}
+export function expressMiddleware(gateway: Gateway): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
+export function fastifyPlugin(gateway: Gateway): (fastify: any) => Promise<void>;
+
+export interface RetryOptions {
+  maxAttempts?: number; baseMs?: number; capMs?: number; fetch?: typeof fetch; random?(): number; sleep?(ms: number): Promise<void>;
+}
+export function fetchWithRetry(input: string | URL | Request, init?: RequestInit, options?: RetryOptions): Promise<Response>;
+export function retryAfterMs(value: string | null | undefined, now?: number): number | null;

@@ -1,0 +1,106 @@
+// The package as users get it: the CommonJS build is current and exports what the ESM source
+// does, the declarations compile, `npm install ./clients/node` brings the script along, and the
+// README's gateway runs verbatim.
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { after, describe, test } from 'node:test';
+import * as esm from '../src/index.js';
+import { Server } from './support/server.js';
+
+const run = promisify(execFile);
+const PKG = join(dirname(fileURLToPath(import.meta.url)), '..');
+const bin = (name) => join(PKG, 'node_modules', '.bin', name);
+
+const children = new Set();
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+});
+
+describe('the package', () => {
+  test('dist/index.cjs is the build of src/ and exports the same names', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rl-build-'));
+    try {
+      await run(bin('esbuild'), ['src/index.js', '--bundle', '--platform=node', '--format=cjs', `--outfile=${dir}/index.cjs`,
+        '--log-level=warning', '--log-override:empty-import-meta=silent'], { cwd: PKG });
+      assert.equal(readFileSync(join(dir, 'index.cjs'), 'utf8'), readFileSync(join(PKG, 'dist/index.cjs'), 'utf8'),
+        'dist/index.cjs is stale: run npm run build');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    const cjs = createRequire(import.meta.url)('../dist/index.cjs');
+    assert.deepEqual(Object.keys(cjs).sort(), Object.keys(esm).sort());
+    assert.equal(cjs.SCRIPT_PATH, esm.SCRIPT_PATH);
+  });
+
+  test('the TypeScript declarations compile against a usage sample', async () => {
+    await run(bin('tsc'), ['-p', join(PKG, 'tests/types')], { cwd: PKG });
+  });
+
+  test('npm install ./clients/node: ESM and CommonJS imports, and the script', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rl-install-'));
+    try {
+      writeFileSync(join(dir, 'package.json'), '{"name": "scratch", "private": true}');
+      await run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--loglevel=error', PKG], { cwd: dir });
+      const { stdout } = await run('node', ['--input-type=module', '-e',
+        "import { RL, SCRIPT_PATH } from 'redis-rl'; import { createRequire } from 'node:module';"
+        + "const cjs = createRequire(process.cwd() + '/').call(null, 'redis-rl');"
+        + "console.log(typeof RL, typeof cjs.RL, SCRIPT_PATH === cjs.SCRIPT_PATH, SCRIPT_PATH);"], { cwd: dir });
+      const [esmType, cjsType, same, script] = stdout.trim().split(' ');
+      assert.deepEqual([esmType, cjsType, same], ['function', 'function', 'true']);
+      assert.ok(existsSync(script), script);
+      assert.match(readFileSync(script, 'utf8'), /RL\.ADMIT/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('npm pack carries the script', async () => {
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--loglevel=error'], { cwd: PKG });
+    const files = JSON.parse(stdout)[0].files.map((f) => f.path);
+    for (const f of ['rl.lua', 'index.d.ts', 'dist/index.cjs', 'src/index.js']) assert.ok(files.includes(f), f);
+    assert.ok(!existsSync(join(PKG, 'rl.lua')), 'postpack removes the copy');
+  });
+
+  test("the README's gateway runs verbatim", async () => {
+    const readme = readFileSync(join(PKG, 'README.md'), 'utf8');
+    const block = /<!-- tests\/package.test.js runs this block verbatim -->\n```js\n([\s\S]*?)```/.exec(readme)[1];
+    assert.ok(block.split('\n').filter(Boolean).length <= 11, 'a ten-line app');
+    const server = await Server.start();
+    // Inside the package, `redis-rl` resolves to itself and express and ioredis to its own.
+    const dir = mkdtempSync(join(PKG, '.scratch-'));
+    try {
+      writeFileSync(join(dir, 'app.mjs'), block);
+      writeFileSync(join(dir, 'policy.json'), JSON.stringify({ version: 1, identity: { user: 'x-user' },
+        rules: { read: { key: 'readme:${user}', limit: 2, period: '1h' } },
+        routes: [{ method: 'GET', path: '/catalog', rules: ['read'] }] }));
+      const port = 20000 + Math.floor(Math.random() * 10000);
+      const child = spawn('node', ['app.mjs'], { cwd: dir, env: { ...process.env, REDIS_URL: server.url, PORT: String(port) },
+        stdio: 'ignore' });
+      children.add(child);
+      const url = `http://127.0.0.1:${port}/catalog`;
+      const deadline = Date.now() + 10_000;
+      // Until its connection is up, the app answers with the route's posture (deny: 503).
+      for (;;) {
+        const probe = await fetch(url, { headers: { 'x-user': 'probe' } }).catch(() => null);
+        if (probe?.status === 200) break;
+        if (Date.now() > deadline) throw new Error(`the README app did not start (${probe?.status})`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const first = await fetch(url, { headers: { 'x-user': 'r' } });
+      assert.equal(first.status, 200);
+      assert.equal(first.headers.get('ratelimit'), '"read";r=1;t=1800');
+      assert.equal((await fetch(url, { headers: { 'x-user': 'r' } })).status, 200);
+      assert.equal((await fetch(url, { headers: { 'x-user': 'r' } })).status, 429);
+      child.kill('SIGKILL');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      await server.stop();
+    }
+  });
+});

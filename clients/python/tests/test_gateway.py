@@ -512,3 +512,25 @@ async def test_stacked_layers_add_their_items_and_identify_resolves_callers(serv
     assert r.headers["ratelimit-policy"] == '"user";q=5;w=3600, "edge";q=9;w=3600'
     assert r.headers["ratelimit"] == '"user";r=4;t=720, "edge";r=8;t=400'
     assert await inner.client.info("in:carol") is not None
+
+
+async def test_slots_are_renewed_while_the_request_runs(server):
+    rules = {"slot": {"key": "{r}:slot:${tenant}", "concurrency": 2, "lease": "600ms"}}
+    routes = [{"method": "GET", "path": "/long", "rules": ["slot"]}]
+    gw = gateway(server.port, policy(routes, rules, store={"timeout": "1s"}))
+    async with http(gw) as c:
+        running = asyncio.ensure_future(c.get("/long?ms=1500", headers={"x-tenant": "renew"}))
+        await asyncio.sleep(1.0)  # past the lease: held only because it was renewed
+        during = await gw.client.info("{r}:slot:renew")
+        done = await running
+    after = await gw.client.info("{r}:slot:renew")
+    assert done.status_code == 200
+    assert during is not None and during.in_flight == 1
+    assert after is None
+
+
+def test_label_values_are_escaped():
+    from redis_rl.gateway.metrics import Metrics
+    m = Metrics()
+    m.decision('GET /a"b\\c\nd', "r", "admit")
+    assert 'route="GET /a\\"b\\\\c\\nd"' in m.render()

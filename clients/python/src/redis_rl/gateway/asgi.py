@@ -155,7 +155,7 @@ def dependency(gateway: Gateway):
     async def decide(request: Request, response: Response):
         scope = request.scope
         outcome = await gateway.decide(scope["method"], scope["path"], _headers(scope),
-                                       _peer(scope), request=request)
+                                       _peer(scope), request=scope)
         if outcome is None:
             yield None
             return

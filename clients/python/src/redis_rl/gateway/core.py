@@ -175,7 +175,8 @@ class Gateway:
     async def decide(self, method: str, path: str, headers: Dict[str, str],
                      peer: Optional[str] = None, request: Any = None) -> Optional[Outcome]:
         """The decision for one request, None when no route matches (it passes untouched).
-        `headers` maps lower-case names to values."""
+        `headers` maps lower-case names to values; `request` (the ASGI scope, from the
+        middleware and the dependency alike) is handed to `identify`."""
         policy = self.source.current
         route = policy.route(method, path)
         if route is None:

@@ -1799,9 +1799,12 @@ var Gateway = class {
     const live = () => {
       if (state.cancelled) throw new RLError("unavailable", "the request missed its deadline");
     };
+    const record = (rule, outcome) => {
+      if (!state.cancelled) this.record(ctx, rule, outcome);
+    };
     const refuse = (r, retryMs, spec, outcome) => {
       state.answered.push([r, spec, outcome]);
-      this.record(ctx, r.rule, "refuse");
+      record(r.rule, "refuse");
       return { allowed: false, refusing: [r], retryMs };
     };
     for (const r of ctx.rules) {
@@ -1826,7 +1829,7 @@ var Gateway = class {
       if (r.rule.shadow) {
         if (!lease.acquired) {
           state.holders.pop();
-          this.record(ctx, r.rule, "shadow_refuse");
+          record(r.rule, "shadow_refuse");
         }
         continue;
       }
@@ -1863,7 +1866,7 @@ var Gateway = class {
       });
       if (!d.allowed) {
         const r = multi2.find((x) => x.rule.name === d.denied_by) ?? multi2[0];
-        this.record(ctx, r.rule, "refuse");
+        record(r.rule, "refuse");
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
         state.answered = state.answered.slice(0, at + multi2.length);
         return { allowed: false, refusing: [r], retryMs: d.retry_after_ms };
@@ -1873,7 +1876,7 @@ var Gateway = class {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
       const d = await this.rl.admit(this.rateRequest(r));
-      if (!d.allowed) this.record(ctx, r.rule, "shadow_refuse");
+      if (!d.allowed) record(r.rule, "shadow_refuse");
     }
     return { allowed: true };
   }
@@ -2036,29 +2039,28 @@ var Gateway = class {
       }, every);
       renewTimer.unref?.();
     }
-    let finished = false;
-    let ended = false;
-    return {
-      status: 200,
-      headers: this.fields(ctx, state.answered),
-      // After the backend answered, before its response is passed on: a valid X-Actual-Cost
-      // settles every reservation of the request with that number.
-      finish: async ({ actualCost } = {}) => {
+    const decision = { status: 200, headers: this.fields(ctx, state.answered) };
+    if (reservations.length) {
+      let finished = false;
+      decision.finish = async ({ actualCost } = {}) => {
         if (finished) return;
         finished = true;
         const actual = parseActual(actualCost);
         if (actual === null) return;
         await Promise.all(reservations.map(({ r, id }) => this.rl.settle(r.key, id, actual).catch(() => {
         })));
-      },
-      // The response ended or was dropped: slots are released.
-      done: () => {
+      };
+    }
+    if (leases.length) {
+      let ended = false;
+      decision.done = () => {
         if (ended) return;
         ended = true;
-        if (renewTimer) clearInterval(renewTimer);
+        clearInterval(renewTimer);
         this.releaseAll({ holders: leases });
-      }
-    };
+      };
+    }
+    return decision;
   }
 };
 function headerValue(v) {

@@ -188,9 +188,13 @@ export class Gateway {
     const live = () => {
       if (state.cancelled) throw new RLError('unavailable', 'the request missed its deadline');
     };
+    // A call answering after the deadline decides nothing: the request took its posture.
+    const record = (rule, outcome) => {
+      if (!state.cancelled) this.record(ctx, rule, outcome);
+    };
     const refuse = (r, retryMs, spec, outcome) => {
       state.answered.push([r, spec, outcome]);
-      this.record(ctx, r.rule, 'refuse');
+      record(r.rule, 'refuse');
       return { allowed: false, refusing: [r], retryMs };
     };
     for (const r of ctx.rules) {
@@ -213,7 +217,7 @@ export class Gateway {
       if (r.rule.shadow) {
         if (!lease.acquired) {
           state.holders.pop();
-          this.record(ctx, r.rule, 'shadow_refuse');
+          record(r.rule, 'shadow_refuse');
         }
         continue;
       }
@@ -247,7 +251,7 @@ export class Gateway {
       });
       if (!d.allowed) {
         const r = multi.find((x) => x.rule.name === d.denied_by) ?? multi[0];
-        this.record(ctx, r.rule, 'refuse');
+        record(r.rule, 'refuse');
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
         // The store reported every rule of the call; the refusal shows them all.
         state.answered = state.answered.slice(0, at + multi.length);
@@ -258,7 +262,7 @@ export class Gateway {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
       const d = await this.rl.admit(this.rateRequest(r));
-      if (!d.allowed) this.record(ctx, r.rule, 'shadow_refuse');
+      if (!d.allowed) record(r.rule, 'shadow_refuse');
     }
     return { allowed: true };
   }
@@ -414,28 +418,30 @@ export class Gateway {
       }, every);
       renewTimer.unref?.();
     }
-    let finished = false;
-    let ended = false;
-    return {
-      status: 200,
-      headers: this.fields(ctx, state.answered),
+    const decision = { status: 200, headers: this.fields(ctx, state.answered) };
+    if (reservations.length) {
+      let finished = false;
       // After the backend answered, before its response is passed on: a valid X-Actual-Cost
       // settles every reservation of the request with that number.
-      finish: async ({ actualCost } = {}) => {
+      decision.finish = async ({ actualCost } = {}) => {
         if (finished) return;
         finished = true;
         const actual = parseActual(actualCost);
         if (actual === null) return;
         await Promise.all(reservations.map(({ r, id }) => this.rl.settle(r.key, id, actual).catch(() => {})));
-      },
+      };
+    }
+    if (leases.length) {
+      let ended = false;
       // The response ended or was dropped: slots are released.
-      done: () => {
+      decision.done = () => {
         if (ended) return;
         ended = true;
-        if (renewTimer) clearInterval(renewTimer);
+        clearInterval(renewTimer);
         this.releaseAll({ holders: leases });
-      },
-    };
+      };
+    }
+    return decision;
   }
 }
 

@@ -1,0 +1,35 @@
+// The middleware against a plain express app, and RLStore against rate-limit-redis, on one
+// server with the module: requests per second and latency percentiles from autocannon, each app
+// in a process of its own. node benches/run.js [seconds per run, default 5]
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { freePort, Server, SERVER } from '../tests/support/server.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const seconds = Number(process.argv[2] ?? 5);
+const VARIANTS = ['plain', 'gateway-1', 'gateway-3', 'rate-limit-redis', 'rlstore'];
+
+async function measure(variant, redisPort) {
+  const port = await freePort();
+  const child = spawn('node', [join(here, 'app.js'), variant, String(port), String(redisPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise((r) => child.stdout.once('data', r));
+  const opts = { url: `http://127.0.0.1:${port}/`, connections: 16, headers: { 'x-user': 'u1', 'x-tenant': 't1' } };
+  await autocannon({ ...opts, duration: 1 });
+  const r = await autocannon({ ...opts, duration: seconds });
+  child.kill();
+  return { variant, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx };
+}
+
+const server = await Server.start();
+const rows = [];
+for (const v of VARIANTS) rows.push(await measure(v, server.port));
+await server.stop();
+const plain = rows[0];
+console.log(`server: ${SERVER}; ${seconds} s per run, 16 connections, autocannon`);
+console.log('| app | requests/s | p50 ms | p99 ms | added p50 ms | added p99 ms | non-2xx |');
+console.log('|---|---|---|---|---|---|---|');
+for (const r of rows) {
+  console.log(`| ${r.variant} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${r.p50 - plain.p50} | ${r.p99 - plain.p99} | ${r.non2xx} |`);
+}

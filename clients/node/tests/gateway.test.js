@@ -24,7 +24,7 @@ function policy(p, extra = {}) {
     identity: { user: 'x-user', tenant: 'x-tenant' },
     rules: {
       read: { key: `${p}:{t:\${tenant}}:read:\${user}`, algo: 'bucket', limit: 2, period: '1s', burst: 20 },
-      tenant: { key: `${p}:{t:\${tenant}}:tenant`, limit: 1000, period: '1m', public: false },
+      tenant: { key: `${p}:{t:\${tenant}}:tenant`, limit: 1000, period: '1d', public: false },
       hourly: { key: `${p}:{h:\${user}}:hourly`, limit: 3, period: '1h' },
       bound: { key: `${p}:bound`, limit: 10, period: '1h' },
       inflight: { key: `${p}:{t:\${tenant}}:inflight`, concurrency: 2, lease: '60s' },
@@ -67,8 +67,8 @@ describe('gateway', () => {
       assert.equal(anon.headers.get('ratelimit-policy'), '"read";q=2;w=1;rl-burst=20');
       assert.equal(anon.headers.get('ratelimit'), '"read";r=19;t=1');
       const user = await get(`${url}/catalog`, { 'x-tenant': 'acme', 'x-user': 'ann' });
-      assert.equal(user.headers.get('ratelimit-policy'), '"read";q=2;w=1;rl-burst=20, "tenant";q=1000;w=60');
-      assert.equal(user.headers.get('ratelimit'), '"read";r=19;t=1, "tenant";r=998;t=1');
+      assert.equal(user.headers.get('ratelimit-policy'), '"read";q=2;w=1;rl-burst=20, "tenant";q=1000;w=86400');
+      assert.equal(user.headers.get('ratelimit'), '"read";r=19;t=1, "tenant";r=998;t=173');
     });
   });
 

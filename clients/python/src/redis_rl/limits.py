@@ -33,7 +33,9 @@ from .errors import RLError
 # What a limits fixed window holds: limits increments and compares itself, so every hit is
 # counted (as limits' own redis:// does); the module never refuses below this.
 _UNBOUNDED = 10**15
-_PREFIX = "LIMITS"
+# Not limits' own "LIMITS": a switch from redis:// on the same server would otherwise meet the
+# old plain keys and answer WRONGTYPE until they expire.
+_PREFIX = "LIMITS-RL"
 
 
 def _redis_url(uri: str) -> str:

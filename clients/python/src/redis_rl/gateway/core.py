@@ -223,7 +223,7 @@ class Gateway:
         started = time.perf_counter()
         reported = False
         try:
-            shown = await asyncio.wait_for(
+            shown = await _within(
                 self._store(store, policy, route, keys, idem, taken, logged),
                 policy.store_timeout_ms / 1000)
         except _Refusal as refusal:
@@ -498,6 +498,15 @@ class Gateway:
         if not isinstance(acks, int) or acks < 1:
             for r in durable:
                 self._count(policy, route, r, "unreplicated_admit", logged)
+
+
+async def _within(coro, seconds: float):
+    """`coro` under a deadline, in the caller's task where asyncio.timeout exists (3.11+):
+    it saves the task wait_for creates per request."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await coro
+    return await asyncio.wait_for(coro, seconds)
 
 
 def _one_connection(client: AsyncClient) -> AsyncClient:

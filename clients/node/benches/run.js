@@ -1,6 +1,7 @@
 // The middleware against a plain express app, and RLStore against rate-limit-redis, on one
 // server with the module: requests per second and latency percentiles from autocannon, each app
-// in a process of its own. node benches/run.js [seconds per run, default 5]
+// in a process of its own, the variants interleaved over several rounds and the median kept
+// (the machine is shared). node benches/run.js [seconds per run, default 5] [rounds, default 3]
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +10,7 @@ import { freePort, Server, SERVER } from '../tests/support/server.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const seconds = Number(process.argv[2] ?? 5);
+const rounds = Number(process.argv[3] ?? 3);
 const VARIANTS = ['plain', 'gateway-1', 'gateway-3', 'rate-limit-redis', 'rlstore'];
 
 async function measure(variant, redisPort) {
@@ -22,12 +24,18 @@ async function measure(variant, redisPort) {
   return { variant, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx };
 }
 
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const server = await Server.start();
-const rows = [];
-for (const v of VARIANTS) rows.push(await measure(v, server.port));
+const runs = new Map(VARIANTS.map((v) => [v, []]));
+for (let i = 0; i < rounds; i++) for (const v of VARIANTS) runs.get(v).push(await measure(v, server.port));
 await server.stop();
+const rows = VARIANTS.map((variant) => {
+  const rs = runs.get(variant);
+  return { variant, rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)),
+    non2xx: rs.reduce((n, r) => n + r.non2xx, 0) };
+});
 const plain = rows[0];
-console.log(`server: ${SERVER}; ${seconds} s per run, 16 connections, autocannon`);
+console.log(`server: ${SERVER}; median of ${rounds} rounds of ${seconds} s, 16 connections, autocannon`);
 console.log('| app | requests/s | p50 ms | p99 ms | added p50 ms | added p99 ms | non-2xx |');
 console.log('|---|---|---|---|---|---|---|');
 for (const r of rows) {

@@ -93,8 +93,11 @@ fn sentinel_promotes_a_replica_holding_every_acknowledged_write() {
         ]),
     );
     let mut primary = connect(primary_port);
-    wait_until("both replicas online", Duration::from_secs(60), || {
-        info_field(&mut primary, "replication", "connected_slaves").as_deref() == Some("2")
+    wait_until("both replicas synced", Duration::from_secs(60), || {
+        ["slave0", "slave1"].iter().all(|replica| {
+            info_field(&mut primary, "replication", replica)
+                .is_some_and(|v| v.contains("state=online"))
+        })
     });
     for &port in sentinel_ports {
         let mut sentinel = connect(port);
@@ -285,11 +288,12 @@ fn cluster_serves_rl_multi_within_a_slot_and_refuses_it_across_slots() {
     for &port in &p {
         let mut node = connect(port);
         wait_until(
-            "every node to see three primaries and three replicas",
+            "every node to see three primaries and three replicas, and each replica synced",
             Duration::from_secs(90),
             || {
                 info_field_cluster(&mut node, "cluster_state").as_deref() == Some("ok")
                     && roles(&mut node) == (3, 3)
+                    && synced(&mut node)
             },
         );
     }
@@ -365,6 +369,18 @@ fn info_field_cluster(c: &mut Connection, field: &str) -> Option<String> {
     info.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .map(|v| v.trim().to_owned())
+}
+
+/// True for a primary, and for a replica whose first sync is done: until then `WAIT` would wait
+/// on it, and a key whose TTL ran out meanwhile would read as missing on the replica.
+fn synced(c: &mut Connection) -> bool {
+    match info_field(c, "replication", "role").as_deref() {
+        Some("master") => true,
+        Some("slave") => {
+            info_field(c, "replication", "master_link_status").as_deref() == Some("up")
+        }
+        _ => false,
+    }
 }
 
 /// How many connected primaries and replicas a node sees, from `CLUSTER NODES`.

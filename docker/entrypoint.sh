@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086  # RL_MODULE_ARGS is split on purpose: each word is a module argument
 # Runs like the official images' entrypoint: arguments that start with `-` (or a first argument
 # naming a .conf file) are the server's, any other command runs as given. The server is started
 # with the module loaded, except in Sentinel mode, which runs no modules.

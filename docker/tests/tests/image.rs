@@ -104,6 +104,23 @@ fn a_config_file_comes_first_and_the_options_after_it_override_it() {
 }
 
 #[test]
+fn rl_module_args_reach_the_module() {
+    let docker = Cli::default();
+    let port = free_port();
+    let runnable = runnable(port, &[], None).with_env_var(("RL_MODULE_ARGS", "skip-effects no"));
+    let _container = docker.run(runnable);
+    let mut c = connect(port);
+    assert_eq!(
+        info_field(&mut c, "rl", "rl_skip_effects").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        info_field(&mut c, "rl", "rl_skip_effects_why").as_deref(),
+        Some("module_argument")
+    );
+}
+
+#[test]
 fn version_prints_the_servers_version_and_starts_no_server() {
     let output = Command::new("docker")
         .args(["run", "--rm", "--network", "none", &image(), "--version"])

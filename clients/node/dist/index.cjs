@@ -1046,10 +1046,6 @@ var Breaker = class {
     if (ok) this.consecutive = 0;
     else if (++this.consecutive >= this.failures) this.open();
   }
-  // A probe whose request went away before it reported: the next request probes.
-  cancel(ticket) {
-    if (ticket.probe) this.probing = false;
-  }
   open() {
     this.openings += 1;
     this.consecutive = 0;

@@ -2,10 +2,11 @@
 // calls, over real HTTP.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import express from 'express';
 import Fastify from 'fastify';
-import { fastifyPlugin, fetchWithRetry, Gateway, RL } from '../src/index.js';
+import { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, RL } from '../src/index.js';
 import { listen } from './support/http.js';
-import { fresh, quiet, serveGateway } from './support/gateway.js';
+import { backend, fresh, quiet, serveGateway } from './support/gateway.js';
 import { Server } from './support/server.js';
 
 let server;
@@ -58,6 +59,27 @@ describe('fastify', () => {
       assert.equal(await rl.info(`${p}:{t:f}:slot`), null);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('stacked layers', () => {
+  test('a second limiting layer adds its items to the first one\'s', async () => {
+    const p = fresh();
+    const layer = (name, limit) => expressMiddleware(new Gateway({ store: io, logger: quiet, policy: {
+      version: 1, rules: { [name]: { key: `${p}:${name}`, limit, period: '1h' } },
+      routes: [{ method: 'GET', path: '/s', rules: [name] }] } }));
+    const app = express();
+    app.use(layer('outer', 100));
+    app.use(layer('inner', 10));
+    backend(app);
+    const s = await listen(app);
+    try {
+      const r = await fetch(`${s.url}/s`);
+      assert.equal(r.headers.get('ratelimit-policy'), '"outer";q=100;w=3600, "inner";q=10;w=3600');
+      assert.equal(r.headers.get('ratelimit'), '"outer";r=99;t=36, "inner";r=9;t=360');
+    } finally {
+      await s.close();
     }
   });
 });

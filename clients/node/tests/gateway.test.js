@@ -177,6 +177,27 @@ describe('gateway', () => {
     });
   });
 
+  test('a durable rule with a replica waits for its acknowledgement', async () => {
+    const replica = await Server.start(['--replicaof', '127.0.0.1', String(server.port)]);
+    const r = await replica.ioredis();
+    try {
+      const deadline = Date.now() + 20_000;
+      while (!(await r.info('replication')).includes('master_link_status:up')) {
+        if (Date.now() > deadline) throw new Error('the replica did not sync');
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      await withGateway(async ({ url, gateway }) => {
+        const res = await fetch(`${url}/durable`, { method: 'POST', headers: { 'x-user': 'd' } });
+        assert.equal(res.status, 200);
+        assert.equal(gateway.metrics.count('POST /durable', 'durable', 'admit'), 1);
+        assert.equal(gateway.metrics.count('POST /durable', 'durable', 'unreplicated_admit'), 0);
+      }, { policyExtra: { store: { timeout: '2s' } } });
+    } finally {
+      r.disconnect();
+      await replica.stop();
+    }
+  });
+
   test('metrics: every family declared, series in order, the hook sees every event', async () => {
     const events = [];
     await withGateway(async ({ url, gateway }) => {

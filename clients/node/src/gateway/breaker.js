@@ -70,11 +70,6 @@ export class Breaker {
     else if (++this.consecutive >= this.failures) this.open();
   }
 
-  // A probe whose request went away before it reported: the next request probes.
-  cancel(ticket) {
-    if (ticket.probe) this.probing = false;
-  }
-
   open() {
     this.openings += 1;
     this.consecutive = 0;

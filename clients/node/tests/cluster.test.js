@@ -5,7 +5,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import Redis from 'ioredis';
 import { createCluster } from 'redis';
-import { fromIoredis, fromNodeRedis, keySlot, RL, RLError } from '../src/index.js';
+import express from 'express';
+import { rateLimit } from 'express-rate-limit';
+import { fromIoredis, fromNodeRedis, keySlot, RateLimiterRL, RateLimiterRes, RL, RLError, RLStore } from '../src/index.js';
+import { listen } from './support/http.js';
 import { Cluster } from './support/server.js';
 
 let cluster;
@@ -71,6 +74,31 @@ for (const [name, connect] of CLIENTS) {
       const now = await nodeStats();
       assert.equal(now.calls - before.calls, 2 * tags.length);
       assert.equal(now.moved, before.moved, 'a call went to a node that does not own its slot');
+    });
+
+    test('express-rate-limit with RLStore and RateLimiterRL work on the cluster', async () => {
+      const store = new RLStore({ client: conn.adapter, prefix: `erl-${name}:` });
+      const app = express();
+      app.use(rateLimit({ windowMs: 60_000, limit: 2, store, keyGenerator: (req) => String(req.query.who) }));
+      app.get('/', (req, res) => res.send('ok'));
+      const s = await listen(app);
+      try {
+        // Callers whose keys land on different nodes.
+        const who = ['a', 'b', 'c', 'd', 'e', 'f'];
+        assert.ok(new Set(who.map((w) => Math.floor(keySlot(`erl-${name}:${w}`) / 5461))).size > 1);
+        for (const w of who) {
+          const statuses = [];
+          for (let i = 0; i < 3; i++) statuses.push((await fetch(`${s.url}/?who=${w}`)).status);
+          assert.deepEqual(statuses, [200, 200, 429], w);
+        }
+      } finally {
+        await s.close();
+      }
+      const limiter = new RateLimiterRL({ storeClient: conn.adapter, keyPrefix: `flx-${name}`, points: 1, duration: 3600 });
+      for (const w of ['a', 'b', 'c', 'd']) {
+        await limiter.consume(w);
+        await assert.rejects(limiter.consume(w), RateLimiterRes);
+      }
     });
 
     test('keys in two slots are refused before any round trip, naming both slots', async () => {

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,9 @@ from servers import Cluster, Server  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server()
+    """The server the tests decide on: with the module, or without it (the client then runs in
+    script mode) when RL_MODE=script."""
+    s = Server(module=os.environ.get("RL_MODE") != "script")
     yield s
     s.close()
 

@@ -133,6 +133,7 @@ async def test_a_killed_server_takes_the_posture_and_a_restart_recovers():
 async def test_debug_sleep_misses_the_deadline(server):
     import redis.asyncio
     gw = gateway(server.port, policy(_routes(), RULES, store={"timeout": "100ms"}))
+    await gw.prepare()
     async with http(gw) as c:
         admin = redis.asyncio.Redis(port=server.port)
         sleeper = asyncio.ensure_future(admin.execute_command("DEBUG", "SLEEP", "1"))
@@ -147,6 +148,7 @@ async def test_debug_sleep_misses_the_deadline(server):
 async def test_client_pause_misses_the_deadline(server):
     import redis.asyncio
     gw = gateway(server.port, policy(_routes(), RULES, store={"timeout": "100ms"}))
+    await gw.prepare()
     admin = redis.asyncio.Redis(port=server.port)
     await admin.execute_command("CLIENT", "PAUSE", "800", "WRITE")
     try:
@@ -250,7 +252,7 @@ async def test_metrics_declare_every_family(server):
         assert f"# TYPE {family} " in text
     assert 'rl_gateway_decisions_total{route="GET /r",rule="tenant",outcome="admit"} 1' in text
     assert 'rl_gateway_route_mode{route="GET /r",mode="deny"} 1' in text
-    assert 'rl_gateway_store_mode{mode="module"} 1' in text
+    assert f'rl_gateway_store_mode{{mode="{gw.client.mode}"}} 1' in text
     assert "rl_gateway_policy_version 1" in text
     assert 'rl_gateway_store_call_duration_seconds_count{result="ok"} 1' in text
 
@@ -400,7 +402,7 @@ async def test_durable_rules_wait_for_a_replica():
                 _time.sleep(0.05)
         rules = {"durable": {"key": "{d}:${user}", "limit": 100, "period": "1h", "durable": True}}
         routes = [{"method": "POST", "path": "/d", "rules": ["durable"]}]
-        gw = gateway(primary.port, policy(routes, rules, store={"timeout": "300ms"}),
+        gw = gateway(primary.port, policy(routes, rules, store={"timeout": "1s"}),
                      durable_connections=2)
         async with http(gw) as c:
             ok = await c.post("/d", headers={"x-user": "dur"})
@@ -534,3 +536,15 @@ def test_label_values_are_escaped():
     m = Metrics()
     m.decision('GET /a"b\\c\nd', "r", "admit")
     assert 'route="GET /a\\"b\\\\c\\nd"' in m.render()
+
+
+def test_the_middleware_prepares_the_store_at_startup(server):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from redis_rl.gateway import RateLimitMiddleware
+    gw = gateway(server.port, policy(_routes(), RULES))
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, gateway=gw)
+    assert gw.client.mode is None
+    with TestClient(app):
+        assert gw.client.mode in ("module", "script")

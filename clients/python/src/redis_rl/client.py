@@ -107,6 +107,9 @@ class _Base:
         if self._modes.last_reported is not None:
             hook(self._modes.last_reported)
 
+    def _any_node(self) -> dict:
+        return {"target_nodes": self.redis.get_default_node()} if self.cluster else {}
+
     def _target(self, request: Request) -> dict:
         if not self.cluster:
             return {}
@@ -149,6 +152,23 @@ class Client(_Base):
             return
         reply = self.redis.execute_command("COMMAND INFO", "RL.ADMIT", **target)
         self._modes.set(_Modes.of_command_info(reply))
+
+    def prepare(self) -> str:
+        """Detects the mode now and, in script mode, loads the script, so that the first
+        command does not pay for either; returns the mode."""
+        try:
+            if self._modes.current is None:
+                self._detect(self._any_node())
+            if self._modes.current == SCRIPT and self._modes.script is not None:
+                if self.cluster:
+                    self.redis.script_load(self._modes.script)
+                else:
+                    self.redis.execute_command("SCRIPT", "LOAD", self._modes.script)
+        except RLError:
+            raise
+        except Exception as exc:
+            raise classify(exc) from exc
+        return self._modes.current
 
     def admit(self, key: Bytes, limit: int, period: Duration, *, burst: Optional[int] = None,
               cost: Optional[int] = None, algo: Optional[str] = None, dry_run: bool = False,
@@ -223,6 +243,25 @@ class AsyncClient(_Base):
             return
         reply = await self.redis.execute_command("COMMAND INFO", "RL.ADMIT", **target)
         self._modes.set(_Modes.of_command_info(reply))
+
+    async def prepare(self) -> str:
+        """Detects the mode now and, in script mode, loads the script, so that the first
+        command does not pay for either; returns the mode."""
+        try:
+            if self.cluster:
+                await self.redis.initialize()
+            if self._modes.current is None:
+                await self._detect(self._any_node())
+            if self._modes.current == SCRIPT and self._modes.script is not None:
+                if self.cluster:
+                    await self.redis.script_load(self._modes.script)
+                else:
+                    await self.redis.execute_command("SCRIPT", "LOAD", self._modes.script)
+        except RLError:
+            raise
+        except Exception as exc:
+            raise classify(exc) from exc
+        return self._modes.current
 
     async def admit(self, key: Bytes, limit: int, period: Duration, *,
                     burst: Optional[int] = None, cost: Optional[int] = None,

@@ -67,6 +67,15 @@ class RateLimitMiddleware:
         self.health_path, self.metrics_path, self.reload_path = health_path, metrics_path, reload_path
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            async def startup():
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await self.gateway.prepare()
+                return message
+
+            await self.app(scope, startup, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -154,6 +154,15 @@ class Gateway:
         self.breaker.configure(p.breaker_failures, p.breaker_open_ms / 1000, p.ramp_ms / 1000)
         self.metrics.set_policy(p.version, {r.name: r.on_store_error.mode for r in p.routes})
 
+    async def prepare(self) -> None:
+        """Detects the store's mode and loads the script if it needs one, before the first
+        request would (the middleware calls it at ASGI startup). A store that cannot answer
+        now is left to the first request's posture."""
+        try:
+            await _within(self.client.prepare(), max(1.0, self.policy.store_timeout_ms / 1000))
+        except (asyncio.TimeoutError, RLError) as exc:
+            log.warning("rate limiter store not ready at startup: %r", exc)
+
     def reload(self) -> Policy:
         """Re-reads the policy file; raises PolicyError when refused (the snapshot stays)."""
         return self.source.reload()
@@ -223,6 +232,11 @@ class Gateway:
         started = time.perf_counter()
         reported = False
         try:
+            if store.mode is None:
+                # detection and the script's upload happen once per connection change, under
+                # a deadline of their own: a 37 kB SCRIPT LOAD is no request's fault
+                await _within(store.prepare(), max(1.0, policy.store_timeout_ms / 1000))
+                started = time.perf_counter()
             shown = await _within(
                 self._store(store, policy, route, keys, idem, taken, logged),
                 policy.store_timeout_ms / 1000)

@@ -24,6 +24,17 @@ def test_the_wheel_contains_the_script(tmp_path):
     source = (HERE.parent / "scripts" / "rl.lua").read_bytes()
     assert shipped == source
     assert hashlib.sha1(load_script()).hexdigest() == hashlib.sha1(source).hexdigest()
+    # installed by pip (into a directory of its own), the package finds its script
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(target), str(wheel)], check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import redis_rl.client as c, hashlib; "
+         "print(c.__file__); print(hashlib.sha1(c.load_script()).hexdigest())"],
+        env={"PYTHONPATH": str(target)}, cwd=str(tmp_path),
+        capture_output=True, text=True, check=True).stdout.split()
+    assert out[0].startswith(str(target))
+    assert out[1] == hashlib.sha1(source).hexdigest()
 
 
 def test_valkey_py_clients_are_drop_ins(server):

@@ -351,6 +351,26 @@ async def test_the_gateway_on_a_cluster(cluster):
         await rc.aclose()
 
 
+async def test_durable_rules_on_a_cluster_wait_once_per_slot(cluster):
+    import redis.asyncio
+    import redis_rl
+    from redis_rl.gateway import Gateway
+    rules = {"a": {"key": "{da}:${user}", "limit": 10, "period": "1h", "durable": True},
+             "c": {"key": "{dc}:${user}", "concurrency": 2, "lease": "1m", "durable": True}}
+    routes = [{"method": "POST", "path": "/d", "rules": ["c", "a"]}]
+    rc = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.port)
+    gw = Gateway(redis_rl.AsyncClient(rc), policy(routes, rules, store={"timeout": "200ms"}))
+    try:
+        async with http(gw) as c:
+            r = await c.post("/d", headers={"x-user": "dc"})
+        # no replicas: the primary of each slot answers its WAIT with 0 acknowledgements
+        assert r.status_code == 200
+        assert gw.metrics.count("POST /d", "a", "unreplicated_admit") == 1
+        assert gw.metrics.count("POST /d", "c", "unreplicated_admit") == 1
+    finally:
+        await rc.aclose()
+
+
 async def test_the_fastapi_dependency(server):
     from fastapi import Depends, FastAPI
     import httpx

@@ -283,7 +283,7 @@ class Gateway:
             if not r.shadow:
                 self._count(policy, route, r, "admit", logged)
         if any(r.durable for r in route.rules):
-            await self._wait_durable(store, policy, route, logged)
+            await self._wait_durable(store, policy, route, keys, logged)
         visible = [s for s in shown if self._visible(route, s, show_private)]
         stop = self._renew(taken)
 
@@ -495,23 +495,30 @@ class Gateway:
         return task.cancel
 
     async def _wait_durable(self, client: AsyncClient, policy: Policy, route: Route,
-                            logged: bool) -> None:
-        """WAIT 1 on the connection that carried the writes: on a connection of its own
-        (`durable_connections`) it waits for this request's writes, and no other route queues
-        behind a lagging replica; on the shared pool it waits for whichever connection it
-        gets, which is weaker."""
+                            keys: Dict[str, str], logged: bool) -> None:
+        """WAIT 1 after an admission, once per cluster slot of the durable rules' keys (to that
+        slot's primary). On a connection of its own (`durable_connections`) it waits for this
+        request's writes, and no other route queues behind a lagging replica; on a shared pool
+        (and on a cluster) it waits on whichever connection it gets, which is weaker."""
         durable = [r for r in route.rules if r.durable and r.grant is None and not r.shadow]
         if not durable:
             return
-        try:
-            acks = await asyncio.wait_for(
-                client.redis.execute_command("WAIT", 1, policy.store_timeout_ms),
-                2 * policy.store_timeout_ms / 1000)
-        except (asyncio.TimeoutError, Exception):
-            acks = 0
-        if not isinstance(acks, int) or acks < 1:
-            for r in durable:
-                self._count(policy, route, r, "unreplicated_admit", logged)
+        by_slot: Dict[Optional[int], List[RuleSpec]] = {}
+        for r in durable:
+            slot = c.key_slot(keys[r.name]) if client.cluster else None
+            by_slot.setdefault(slot, []).append(r)
+        for slot, rules in by_slot.items():
+            target = {} if slot is None else {
+                "target_nodes": client.redis.nodes_manager.get_node_from_slot(slot)}
+            try:
+                acks = await _within(
+                    client.redis.execute_command("WAIT", 1, policy.store_timeout_ms, **target),
+                    2 * policy.store_timeout_ms / 1000)
+            except Exception:  # an error or no answer: the admission stands, counted
+                acks = 0
+            if not isinstance(acks, int) or acks < 1:
+                for r in rules:
+                    self._count(policy, route, r, "unreplicated_admit", logged)
 
 
 async def _within(coro, seconds: float):

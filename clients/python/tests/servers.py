@@ -101,8 +101,8 @@ class Server:
 class Cluster:
     """Three primaries, slots split in thirds, met with CLUSTER MEET (no CLI needed)."""
 
-    def __init__(self):
-        self.nodes = [Server(extra=["--cluster-enabled", "yes", "--cluster-config-file",
+    def __init__(self, module: bool = True):
+        self.nodes = [Server(module=module, extra=["--cluster-enabled", "yes", "--cluster-config-file",
                                     "nodes.conf", "--cluster-node-timeout", "5000"])
                       for _ in range(3)]
         try:

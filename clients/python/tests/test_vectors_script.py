@@ -101,3 +101,42 @@ async def test_async_script_mode(plain_server):
         assert client.mode == redis_rl.SCRIPT
     finally:
         await conn.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_script_mode_on_a_cluster(protocol):
+    from redis.cluster import RedisCluster
+    from servers import Cluster
+    cluster = Cluster(module=False)
+    try:
+        rc = RedisCluster(host="127.0.0.1", port=cluster.port, protocol=protocol)
+        client = redis_rl.Client(rc)
+        for i in range(9):
+            tag = f"{{s{i}}}"
+            d = client.multi([redis_rl.Rule("u", f"{tag}:u", 1, 3600),
+                              redis_rl.Rule("t", f"{tag}:t", 5, 3600)])
+            assert d.allowed and client.mode == redis_rl.SCRIPT
+            again = client.multi([redis_rl.Rule("u", f"{tag}:u", 1, 3600),
+                                  redis_rl.Rule("t", f"{tag}:t", 5, 3600)])
+            assert not again.allowed and again.denied_by == "u"
+            assert client.admit(f"solo{i}", 2, 3600).remaining == 1
+        rc.close()
+    finally:
+        cluster.close()
+
+
+async def test_async_prepare_loads_the_script_on_a_cluster():
+    import redis.asyncio
+    from servers import Cluster
+    cluster = Cluster(module=False)
+    try:
+        rc = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.port)
+        client = redis_rl.AsyncClient(rc)
+        assert await client.prepare() == redis_rl.SCRIPT
+        for n in cluster.nodes:
+            with n.conn() as conn:
+                assert conn.script_exists(client._modes.sha) == [True]
+        assert (await client.admit("{p}:k", 1, 3600)).allowed
+        await rc.aclose()
+    finally:
+        cluster.close()

@@ -2117,7 +2117,10 @@ function expressMiddleware(gateway) {
       return;
     }
     for (const [k, v] of decision.headers) res.appendHeader ? res.appendHeader(k, v) : res.setHeader(k, v);
-    if (decision.done) res.once("close", decision.done);
+    if (decision.done) {
+      if (req.socket?.destroyed) decision.done();
+      else res.once("close", decision.done);
+    }
     if (decision.finish) settleBeforeSending(res, decision);
     next();
   };
@@ -2142,7 +2145,10 @@ function fastifyPlugin(gateway) {
       }
       for (const [k, v] of decision.headers) reply.header(k, v);
       request[DECISION] = decision;
-      if (decision.done) request.raw.once("close", decision.done);
+      if (decision.done) {
+        if (request.raw.socket?.destroyed) decision.done();
+        else request.raw.once("close", decision.done);
+      }
     });
     fastify.addHook("onSend", async (request, reply, payload) => {
       await request[DECISION]?.finish?.({ actualCost: reply.getHeader("x-actual-cost") });

@@ -130,6 +130,22 @@ describe('gateway', () => {
     });
   });
 
+  test('a caller that goes away releases its slot at once', async () => {
+    await withGateway(async ({ url, p, rl }) => {
+      const ac = new AbortController();
+      const gone = fetch(`${url}/export?ms=60000`, { method: 'POST', headers: { 'x-tenant': 'gone' }, signal: ac.signal })
+        .catch((e) => e.name);
+      const key = `${p}:{t:gone}:inflight`;
+      const deadline = Date.now() + 5000;
+      while ((await rl.info(key)) === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.equal((await rl.info(key)).in_flight, 1);
+      ac.abort();
+      assert.equal(await gone, 'AbortError');
+      while ((await rl.info(key)) !== null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(await rl.info(key), null);
+    });
+  });
+
   test('X-Actual-Cost settles the reservation; a retried Idempotency-Key is not charged again', async () => {
     await withGateway(async ({ url, p, rl }) => {
       const post = (q, key) => fetch(`${url}/export${q}`, { method: 'POST', headers: { 'x-tenant': 'set', 'idempotency-key': key } });

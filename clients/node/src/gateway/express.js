@@ -47,7 +47,11 @@ export function expressMiddleware(gateway) {
       return;
     }
     for (const [k, v] of decision.headers) res.appendHeader ? res.appendHeader(k, v) : res.setHeader(k, v);
-    if (decision.done) res.once('close', decision.done);
+    if (decision.done) {
+      // A caller gone while the store answered has already closed the response.
+      if (req.socket?.destroyed) decision.done();
+      else res.once('close', decision.done);
+    }
     if (decision.finish) settleBeforeSending(res, decision);
     next();
   };

@@ -17,7 +17,10 @@ export function fastifyPlugin(gateway) {
       }
       for (const [k, v] of decision.headers) reply.header(k, v);
       request[DECISION] = decision;
-      if (decision.done) request.raw.once('close', decision.done);
+      if (decision.done) {
+        if (request.raw.socket?.destroyed) decision.done();
+        else request.raw.once('close', decision.done);
+      }
     });
     fastify.addHook('onSend', async (request, reply, payload) => {
       await request[DECISION]?.finish?.({ actualCost: reply.getHeader('x-actual-cost') });

@@ -7,7 +7,9 @@ import { listen } from './http.js';
 export function backend(app) {
   app.all(/.*/, async (req, res) => {
     const ms = Number(req.query.ms ?? 0);
-    if (ms > 0) await new Promise((r) => setTimeout(r, ms));
+    // A caller that goes away ends the wait too.
+    if (ms > 0) await new Promise((r) => { const t = setTimeout(r, ms); res.once('close', () => { clearTimeout(t); r(); }); });
+    if (res.destroyed) return;
     if (req.query.units !== undefined) res.setHeader('X-Actual-Cost', String(req.query.units));
     res.json({ ok: true, path: req.path });
   });

@@ -42,6 +42,12 @@ describe('the package', () => {
     await run(bin('tsc'), ['-p', join(PKG, 'tests/types')], { cwd: PKG });
   });
 
+  test('every export is declared in index.d.ts', () => {
+    const dts = readFileSync(join(PKG, 'index.d.ts'), 'utf8');
+    const declared = new Set([...dts.matchAll(/^export (?:class|function|const|namespace) (\w+)/gm)].map((m) => m[1]));
+    assert.deepEqual(Object.keys(esm).filter((name) => !declared.has(name)), []);
+  });
+
   test('npm install ./clients/node: ESM and CommonJS imports, and the script', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rl-install-'));
     try {

@@ -131,7 +131,8 @@ def main():
     server = Server()
     try:
         with redis.Redis(port=server.port) as r:
-            version = r.info("server").get("redis_version")
+            info = r.info("server")
+            version = info.get("valkey_version") or info.get("redis_version")
         print(f"server: {Path(server.proc.args[0]).name} {version}, requests per run: {args.requests}")
         m = asyncio.run(middleware_bench(server.port, args.requests))
         print("\n| app | requests/s (32 in flight) | p50 (one at a time) | p99 |\n|---|---|---|---|")

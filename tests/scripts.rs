@@ -7,8 +7,11 @@ mod common;
 use common::cluster::Cluster;
 use common::{cmd, error_text, Connection, Rng, Server, Value};
 
-const SCRIPT: &str = include_str!("../clients/scripts/rl.lua");
-const VECTORS: &str = include_str!("../clients/vectors/commands.json");
+/// Read when a test runs, so an edit of the script is tested without a rebuild.
+fn repo_file(path: &str) -> String {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
 
 /// The keys of a module command, as the calling convention declares them.
 fn keys_of(args: &[String]) -> Vec<String> {
@@ -41,7 +44,7 @@ fn module_call(c: &mut Connection, args: &[String]) -> redis::RedisResult<Value>
 fn load_script(c: &mut Connection) -> String {
     cmd("SCRIPT")
         .arg("LOAD")
-        .arg(SCRIPT)
+        .arg(repo_file("clients/scripts/rl.lua"))
         .query(c)
         .expect("SCRIPT LOAD")
 }
@@ -250,7 +253,7 @@ fn vectors_pass_in_script_mode() {
     let server = Server::start_plain(&[]);
     let mut c = server.conn();
     let sha = load_script(&mut c);
-    let doc = parse_json(VECTORS);
+    let doc = parse_json(&repo_file("clients/vectors/commands.json"));
     let mut failures = Vec::new();
     let mut ran = 0;
     for (n, v) in doc.get("vectors").unwrap().arr().iter().enumerate() {

@@ -389,18 +389,22 @@ end
 
 -- The stored limiter: nil for an absent key; a WRONGTYPE refusal for another type.
 local function load(key)
-  local kind = redis.call('TYPE', key)
-  kind = kind.ok or kind
-  if kind == 'none' then
-    return nil
-  elseif kind ~= 'hash' then
+  -- HMGET answers an absent key with nils and another type with WRONGTYPE: one call for both.
+  local v = redis.pcall('HMGET', key, 'a', 'l', 'p', 'b', 'x', 'y', 'z', 'ru')
+  if v.err then
     fail(WRONGTYPE)
   end
-  local v = redis.call('HMGET', key, 'a', 'l', 'p', 'b', 'x', 'y', 'z', 'ru')
-  if not v[1] or not FAMILY[v[1]] then
+  if not v[1] then
+    if redis.call('EXISTS', key) == 1 then
+      fail(WRONGTYPE)
+    end
+    return nil
+  end
+  if not FAMILY[v[1]] then
     fail(WRONGTYPE)
   end
   local l = {
+    stored = v[1] .. ' ' .. v[2] .. ' ' .. v[3] .. ' ' .. v[4],
     algo = v[1],
     rule = { algo = v[1], limit = tonumber(v[2]), period = tonumber(v[3]), burst = tonumber(v[4]) },
     ru = tonumber(v[8]) or 0,
@@ -554,8 +558,12 @@ local function save(key, l)
   elseif a == 'semaphore' then
     x = int(l.seq)
   end
-  redis.call('HSET', key, 'a', a, 'l', int(rule.limit), 'p', int(rule.period),
-    'b', int(rule.burst), 'x', x, 'y', y, 'z', z)
+  local l_, p_, b_ = int(rule.limit), int(rule.period), int(rule.burst)
+  if l.stored == a .. ' ' .. l_ .. ' ' .. p_ .. ' ' .. b_ then
+    redis.call('HSET', key, 'x', x, 'y', y, 'z', z)
+  else
+    redis.call('HSET', key, 'a', a, 'l', l_, 'p', p_, 'b', b_, 'x', x, 'y', y, 'z', z)
+  end
   local ms, r = divmod(full_at_us(l), MS)
   if r > 0 then
     ms = ms + 1

@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import { RateLimiterMemory, RateLimiterRes as FlexibleRes } from 'rate-limiter-flexible';
 import { RateLimiterRL, RateLimiterRes } from '../src/index.js';
+import { quiet } from './support/gateway.js';
 import { listen } from './support/http.js';
 import { Server } from './support/server.js';
 
@@ -23,7 +24,7 @@ const prefix = () => `flx${process.pid}-${n++}`;
 
 describe('RateLimiterRL', () => {
   test('consume resolves while points last, then rejects with a RateLimiterRes', async () => {
-    const limiter = new RateLimiterRL({ storeClient: io, keyPrefix: prefix(), points: 5, duration: 60 });
+    const limiter = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: prefix(), points: 5, duration: 60 });
     const first = await limiter.consume('user1', 2);
     assert.equal(first.remainingPoints, 3);
     assert.equal(first.consumedPoints, 2);
@@ -39,7 +40,7 @@ describe('RateLimiterRL', () => {
   });
 
   test('the documented express middleware answers 429 with Retry-After', async () => {
-    const limiter = new RateLimiterRL({ storeClient: io, keyPrefix: prefix(), points: 2, duration: 60 });
+    const limiter = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: prefix(), points: 2, duration: 60 });
     const app = express();
     app.use((req, res, next) => {
       limiter.consume(req.ip)
@@ -64,7 +65,7 @@ describe('RateLimiterRL', () => {
   });
 
   test('penalty spends and reward gives back through the reservations', async () => {
-    const limiter = new RateLimiterRL({ storeClient: io, keyPrefix: prefix(), points: 10, duration: 3600 });
+    const limiter = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: prefix(), points: 10, duration: 3600 });
     await limiter.consume('k', 2);
     assert.equal((await limiter.penalty('k', 3)).remainingPoints, 5);
     assert.equal((await limiter.get('k')).consumedPoints, 5);
@@ -74,7 +75,7 @@ describe('RateLimiterRL', () => {
   });
 
   test('get is null for an unknown key; delete forgets a key', async () => {
-    const limiter = new RateLimiterRL({ storeClient: io, keyPrefix: prefix(), points: 1, duration: 3600 });
+    const limiter = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: prefix(), points: 1, duration: 3600 });
     assert.equal(await limiter.get('nobody'), null);
     await limiter.consume('x');
     await assert.rejects(limiter.consume('x'), RateLimiterRes);
@@ -84,13 +85,13 @@ describe('RateLimiterRL', () => {
   });
 
   test('block refuses for its duration, and blockDuration after a refusal', async () => {
-    const limiter = new RateLimiterRL({ storeClient: io, keyPrefix: prefix(), points: 3, duration: 3600, blockDuration: 30 });
+    const limiter = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: prefix(), points: 3, duration: 3600, blockDuration: 30 });
     const blocked = await limiter.block('b', 60);
     assert.equal(blocked.msBeforeNext, 60_000);
     const r = await limiter.consume('b').then(() => null, (x) => x);
     assert.ok(r instanceof RateLimiterRes && r.msBeforeNext > 59_000, String(r?.msBeforeNext));
     // Another process sees the store key spent.
-    const other = new RateLimiterRL({ storeClient: io, keyPrefix: limiter.keyPrefix, points: 3, duration: 3600 });
+    const other = new RateLimiterRL({ logger: quiet, storeClient: io, keyPrefix: limiter.keyPrefix, points: 3, duration: 3600 });
     await assert.rejects(other.consume('b'), RateLimiterRes);
     for (let i = 0; i < 3; i++) await limiter.consume('c');
     const refused = await limiter.consume('c').then(() => null, (x) => x);
@@ -101,8 +102,8 @@ describe('RateLimiterRL', () => {
     const dead = await Server.start();
     const client = await dead.ioredis();
     const p = prefix();
-    const bare = new RateLimiterRL({ storeClient: client, keyPrefix: p, points: 2, duration: 60, timeout: 200 });
-    const insured = new RateLimiterRL({ storeClient: client, keyPrefix: p, points: 2, duration: 60, timeout: 200,
+    const bare = new RateLimiterRL({ logger: quiet, storeClient: client, keyPrefix: p, points: 2, duration: 60, timeout: 200 });
+    const insured = new RateLimiterRL({ logger: quiet, storeClient: client, keyPrefix: p, points: 2, duration: 60, timeout: 200,
       insuranceLimiter: new RateLimiterMemory({ points: 1, duration: 60 }) });
     assert.equal((await insured.consume('u')).remainingPoints, 1);
     dead.kill();

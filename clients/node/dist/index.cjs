@@ -1981,8 +1981,9 @@ var Gateway = class {
   visible(ctx, r) {
     return !r.rule.shadow && (r.rule.public || ctx.showPrivate);
   }
+  // Calls run semaphores first, then settle rules, then RL.MULTI; headers follow route order.
   fields(ctx, answered) {
-    const pairs = answered.filter(([r]) => this.visible(ctx, r)).map(([, spec, outcome]) => [spec, outcome]);
+    const pairs = answered.filter(([r]) => this.visible(ctx, r)).sort(([a], [b]) => ctx.rules.indexOf(a) - ctx.rules.indexOf(b)).map(([, spec, outcome]) => [spec, outcome]);
     return render(pairs, this.legacy);
   }
   refusal(ctx, answered, violated, retryMs) {

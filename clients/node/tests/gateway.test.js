@@ -41,6 +41,7 @@ function policy(p, extra = {}) {
       { method: 'GET', path: '/global', rules: ['global', 'hourly'] },
       { method: 'GET', path: '/watched', rules: ['watch', 'hourly'] },
       { method: 'POST', path: '/durable', rules: ['durable'] },
+      { method: 'POST', path: '/mixed', rules: ['export', 'inflight'] },
     ],
     ...extra,
   };
@@ -159,6 +160,14 @@ describe('gateway', () => {
       assert.equal((await rl.info(key)).remaining, 97);
       await post('', 'job-2');
       assert.equal((await rl.info(key)).remaining, 87);
+    });
+  });
+
+  test('headers follow route order whatever order the calls run in', async () => {
+    await withGateway(async ({ url }) => {
+      const r = await fetch(`${url}/mixed`, { method: 'POST', headers: { 'x-tenant': 'mix' } });
+      assert.equal(r.status, 200);
+      assert.equal(r.headers.get('ratelimit-policy'), '"export";q=100;w=3600, "inflight";q=2;qu="concurrent-requests"');
     });
   });
 

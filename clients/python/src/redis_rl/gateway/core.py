@@ -5,6 +5,7 @@ the posture when the store cannot answer, and what the caller sees."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ipaddress
 import logging
 import random
@@ -363,7 +364,7 @@ class Gateway:
                 holder = secrets.token_hex(8).encode()
                 key = keys[r.name].encode()
                 taken.slots.append((key, holder, r))
-                a = await client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
+                a = await client.acquire(key, r.concurrency, _ms(r.lease_ms), holder=holder)
                 free = max(0, r.concurrency - a.in_flight)
                 s = Shown(name=r.name, limit=r.concurrency, period_ms=0, capacity=r.concurrency,
                           remaining=free, reset_after_ms=0, refused=not a.acquired,
@@ -374,7 +375,7 @@ class Gateway:
                     raise _Refusal(r, keys[r.name], a.retry_after_ms, self._ordered(route, shown))
         for r in route.rules:
             if r.settle and not r.shadow:
-                d = await client.admit(keys[r.name], r.limit, r.period_ms / 1000,
+                d = await client.admit(keys[r.name], r.limit, _ms(r.period_ms),
                                             burst=r.burst, cost=r.cost, algo=_algo(r),
                                             reserve=idem)
                 shown[r.name] = _shown_rate(r, d.remaining, d.reset_after_ms, not d.allowed,
@@ -385,7 +386,7 @@ class Gateway:
         multi = [r for r in route.rules if r.multi and not r.settle]
         if multi:
             decision = await client.multi([
-                c.Rule(r.name, keys[r.name], r.limit, r.period_ms / 1000, burst=r.burst,
+                c.Rule(r.name, keys[r.name], r.limit, _ms(r.period_ms), burst=r.burst,
                        cost=None if r.cost == 1 else r.cost, algo=_algo(r)) for r in multi])
             by_name = {o.name: o for o in decision.rules}
             for r in multi:
@@ -405,12 +406,12 @@ class Gateway:
                 holder = secrets.token_hex(8).encode()
                 key = keys[r.name].encode()
                 taken.slots.append((key, holder, r))
-                a = await client.acquire(key, r.concurrency, r.lease_ms / 1000, holder=holder)
+                a = await client.acquire(key, r.concurrency, _ms(r.lease_ms), holder=holder)
                 if not a.acquired:
                     taken.slots.pop()
                     self._count(policy, route, r, "shadow_refuse", logged)
             else:
-                d = await client.admit(keys[r.name], r.limit, r.period_ms / 1000,
+                d = await client.admit(keys[r.name], r.limit, _ms(r.period_ms),
                                             burst=r.burst, cost=r.cost, algo=_algo(r))
                 if not d.allowed:
                     self._count(policy, route, r, "shadow_refuse", logged)
@@ -432,9 +433,9 @@ class Gateway:
         async with chunk.lock:
             now = time.monotonic()
             if now >= chunk.lapses_at or chunk.tokens < r.cost:
-                g = await self.client.grant(key, r.limit, r.period_ms / 1000,
+                g = await self.client.grant(key, r.limit, _ms(r.period_ms),
                                             max(r.grant.want, r.cost), burst=r.burst,
-                                            algo=_algo(r), ttl=r.grant.ttl_ms / 1000)
+                                            algo=_algo(r), ttl=_ms(r.grant.ttl_ms))
                 self.metrics.grant_refill(r.name)
                 chunk.generation += 1
                 chunk.tokens = g.granted
@@ -487,7 +488,7 @@ class Gateway:
                 await asyncio.sleep(every)
                 for key, holder, r in slots:
                     try:
-                        await self.client.renew(key, holder, r.lease_ms / 1000)
+                        await self.client.renew(key, holder, _ms(r.lease_ms))
                     except RLError:
                         pass
 
@@ -541,6 +542,11 @@ def _one_connection(client: AsyncClient) -> AsyncClient:
     one = redis.asyncio.BlockingConnectionPool(connection_class=pool.connection_class,
                                                max_connections=1, timeout=None, **kwargs)
     return AsyncClient(redis.asyncio.Redis(connection_pool=one))
+
+
+def _ms(ms: int) -> datetime.timedelta:
+    # a timedelta is exact and cheap to send; a float of seconds takes the exact decimal path
+    return datetime.timedelta(milliseconds=ms)
 
 
 def _algo(r: RuleSpec) -> Optional[str]:

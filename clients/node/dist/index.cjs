@@ -1046,6 +1046,11 @@ var Breaker = class {
     if (ok) this.consecutive = 0;
     else if (++this.consecutive >= this.failures) this.open();
   }
+  // A request that needed no store call (its grants spent locally) decides nothing; a probe's
+  // slot goes to the next request.
+  unused(ticket) {
+    if (ticket.probe) this.probing = false;
+  }
   open() {
     this.openings += 1;
     this.consecutive = 0;
@@ -1753,7 +1758,7 @@ var Gateway = class {
     }
     const ticket = this.breaker.admit(route.onStoreError.mode);
     if (!ticket) return this.posture(ctx);
-    const state = { holders: [], reservations: [], taken: [], answered: [], cancelled: false };
+    const state = { holders: [], reservations: [], taken: [], answered: [], cancelled: false, calls: 0 };
     const started = import_node_perf_hooks.performance.now();
     let outcome;
     try {
@@ -1777,8 +1782,11 @@ var Gateway = class {
         body: { type: "about:blank", title: "Internal Server Error", status: 500, detail: "The rate limiter refused the call." }
       };
     }
-    this.metrics.storeCall("ok", (import_node_perf_hooks.performance.now() - started) / 1e3);
-    this.breaker.report(ticket, true);
+    if (state.calls === 0) this.breaker.unused(ticket);
+    else {
+      this.metrics.storeCall("ok", (import_node_perf_hooks.performance.now() - started) / 1e3);
+      this.breaker.report(ticket, true);
+    }
     if (!outcome.allowed) {
       this.releaseAll(state);
       this.giveBack(state);
@@ -1816,6 +1824,7 @@ var Gateway = class {
       live();
       const holder = hex(8);
       state.holders.push({ r, holder });
+      state.calls += 1;
       const lease = await this.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
       const outcome = {
         remaining: Math.max(0, r.rule.concurrency - lease.in_flight),
@@ -1839,6 +1848,7 @@ var Gateway = class {
     for (const r of ctx.rules) {
       if (!inMulti(r.rule) || !r.rule.settle) continue;
       live();
+      state.calls += 1;
       const d = await this.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
       if (!d.allowed) {
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
@@ -1850,6 +1860,7 @@ var Gateway = class {
     const multi2 = ctx.rules.filter((r) => inMulti(r.rule) && !r.rule.settle);
     if (multi2.length) {
       live();
+      state.calls += 1;
       const d = await this.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
       const at = state.answered.length;
       multi2.forEach((r, i) => {
@@ -1871,6 +1882,7 @@ var Gateway = class {
     for (const r of ctx.rules) {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
+      state.calls += 1;
       const d = await this.rl.admit(this.rateRequest(r));
       if (!d.allowed) record(r.rule, "shadow_refuse");
     }
@@ -1904,6 +1916,7 @@ var Gateway = class {
         return true;
       }
       live();
+      state.calls += 1;
       chunk = { tokens: 0, expires: 0, refill: null };
       this.chunks.set(id, chunk);
       const want = Math.max(r.rule.grant.want, cost);

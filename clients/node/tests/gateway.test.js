@@ -42,6 +42,7 @@ function policy(p, extra = {}) {
       { method: 'GET', path: '/watched', rules: ['watch', 'hourly'] },
       { method: 'POST', path: '/durable', rules: ['durable'] },
       { method: 'POST', path: '/mixed', rules: ['export', 'inflight'] },
+      { method: 'GET', path: '/chunk', rules: ['global'] },
     ],
     ...extra,
   };
@@ -175,11 +176,20 @@ describe('gateway', () => {
     await withGateway(async ({ url, gateway }) => {
       for (let i = 0; i < 3; i++) assert.equal((await get(`${url}/global`, { 'x-user': `u${i}` })).status, 200);
       assert.match(gateway.metrics.render(), /rl_gateway_grant_refills_total\{rule="global"\} 1\n/);
+      // Each request still called the store for its other rule: one call each, the refill in it.
+      assert.equal(gateway.metrics.calls.get('ok').count, 3);
       // A refusal by a later rule gives the token back.
       for (let i = 0; i < 3; i++) await get(`${url}/global`, { 'x-user': 'same' });
       assert.equal((await get(`${url}/global`, { 'x-user': 'same' })).status, 429);
       const chunk = [...gateway.chunks.map.values()][0];
       assert.equal(chunk.tokens, 10 - 6);
+    });
+  });
+
+  test('a request spent from its chunk alone is no store call', async () => {
+    await withGateway(async ({ url, gateway }) => {
+      for (let i = 0; i < 3; i++) assert.equal((await get(`${url}/chunk`)).status, 200);
+      assert.equal(gateway.metrics.calls.get('ok').count, 1);
     });
   });
 

@@ -70,6 +70,12 @@ export class Breaker {
     else if (++this.consecutive >= this.failures) this.open();
   }
 
+  // A request that needed no store call (its grants spent locally) decides nothing; a probe's
+  // slot goes to the next request.
+  unused(ticket) {
+    if (ticket.probe) this.probing = false;
+  }
+
   open() {
     this.openings += 1;
     this.consecutive = 0;

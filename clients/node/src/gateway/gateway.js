@@ -146,7 +146,7 @@ export class Gateway {
     }
     const ticket = this.breaker.admit(route.onStoreError.mode);
     if (!ticket) return this.posture(ctx);
-    const state = { holders: [], reservations: [], taken: [], answered: [], cancelled: false };
+    const state = { holders: [], reservations: [], taken: [], answered: [], cancelled: false, calls: 0 };
     const started = performance.now();
     let outcome;
     try {
@@ -169,8 +169,11 @@ export class Gateway {
       return { status: 500, headers: [['Content-Type', problem.PROBLEM_TYPE]],
         body: { type: 'about:blank', title: 'Internal Server Error', status: 500, detail: 'The rate limiter refused the call.' } };
     }
-    this.metrics.storeCall('ok', (performance.now() - started) / 1000);
-    this.breaker.report(ticket, true);
+    if (state.calls === 0) this.breaker.unused(ticket);
+    else {
+      this.metrics.storeCall('ok', (performance.now() - started) / 1000);
+      this.breaker.report(ticket, true);
+    }
     if (!outcome.allowed) {
       this.releaseAll(state);
       this.giveBack(state);
@@ -211,6 +214,7 @@ export class Gateway {
       const holder = hex(8);
       // Counted as held before the reply, so a reply lost past the deadline is released too.
       state.holders.push({ r, holder });
+      state.calls += 1;
       const lease = await this.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
       const outcome = { remaining: Math.max(0, r.rule.concurrency - lease.in_flight), resetAfterMs: 0,
         retryAfterMs: lease.acquired ? null : lease.retry_after_ms };
@@ -231,6 +235,7 @@ export class Gateway {
     for (const r of ctx.rules) {
       if (!inMulti(r.rule) || !r.rule.settle) continue;
       live();
+      state.calls += 1;
       const d = await this.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
       if (!d.allowed) {
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
@@ -242,6 +247,7 @@ export class Gateway {
     const multi = ctx.rules.filter((r) => inMulti(r.rule) && !r.rule.settle);
     if (multi.length) {
       live();
+      state.calls += 1;
       const d = await this.rl.multi({ rules: multi.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
       const at = state.answered.length;
       multi.forEach((r, i) => {
@@ -261,6 +267,7 @@ export class Gateway {
     for (const r of ctx.rules) {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
+      state.calls += 1;
       const d = await this.rl.admit(this.rateRequest(r));
       if (!d.allowed) record(r.rule, 'shadow_refuse');
     }
@@ -290,6 +297,7 @@ export class Gateway {
         return true;
       }
       live();
+      state.calls += 1;
       chunk = { tokens: 0, expires: 0, refill: null };
       this.chunks.set(id, chunk);
       const want = Math.max(r.rule.grant.want, cost);

@@ -18,8 +18,13 @@ export const SCRIPT_MODE = process.env.RL_SCRIPT === '1';
 export const IS_VALKEY = SERVER.includes('valkey');
 
 const live = new Set();
+// A test file that ends without stopping its servers (a failed hook, an uncaught error) still
+// takes them down.
 process.on('exit', () => {
-  for (const s of live) s.child.kill('SIGKILL');
+  for (const s of live) {
+    s.child.kill('SIGKILL');
+    rmSync(s.dir, { recursive: true, force: true });
+  }
 });
 
 function portFree(port) {

@@ -79,7 +79,7 @@ export class Server {
         if (await ping(port)) return server;
         await sleep(20);
       }
-      server.kill();
+      await server.stop();
       if (attempt >= 3) throw new Error(`${SERVER} did not start: ${stderr}`);
     }
   }

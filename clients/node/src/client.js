@@ -106,7 +106,9 @@ export class RL {
     return this.scriptSha;
   }
 
-  // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN; on NOSCRIPT, SCRIPT LOAD and retry once.
+  // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN. NOSCRIPT means a server that has not seen the
+  // script (a restart, a failover), so the mode is detected again: the new server may have the
+  // module; otherwise SCRIPT LOAD and retry once.
   async evalsha(cmd) {
     const sha = this.script();
     const args = [sha, String(cmd.keys.length), ...cmd.keys, cmd.name, ...cmd.args];
@@ -114,6 +116,7 @@ export class RL {
       return await this.adapter.send('EVALSHA', args, cmd.keys[0]);
     } catch (err) {
       if (!(err instanceof RLError) || !err.message.startsWith('NOSCRIPT')) throw err;
+      if (!this.forcedMode && (await this.detect()) === 'module') return this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
       await this.adapter.send('SCRIPT', ['LOAD', this.scriptText], cmd.keys[0]);
       return this.adapter.send('EVALSHA', args, cmd.keys[0]);
     }

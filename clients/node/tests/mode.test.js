@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Gateway, RL } from '../src/index.js';
-import { Server } from './support/server.js';
+import { MODULE, Server } from './support/server.js';
 
 let plain;
 let withModule;
@@ -51,6 +51,27 @@ describe('store mode', () => {
       assert.equal(rl.mode, 'script');
     } finally {
       io.disconnect();
+    }
+  });
+
+  test('a NOSCRIPT from a server that loaded the module since moves the client to module mode', async () => {
+    const server = await Server.start(['--enable-module-command', 'yes'], { module: false });
+    const io = await server.ioredis();
+    const logger = recorder();
+    const rl = new RL(io, { logger });
+    try {
+      await rl.admit({ key: 'm:moving', limit: 5, period: 3_600_000 });
+      assert.equal(rl.mode, 'script');
+      await io.call('MODULE', 'LOAD', MODULE);
+      await io.call('SCRIPT', 'FLUSH');
+      const d = await rl.admit({ key: 'm:native', limit: 5, period: 3_600_000 });
+      assert.equal(d.remaining, 4);
+      assert.equal(rl.mode, 'module');
+      assert.equal(await io.type('m:native'), 'rllimiter');
+      assert.deepEqual(logger.lines, ['redis-rl: store mode script', 'redis-rl: store mode module']);
+    } finally {
+      io.disconnect();
+      await server.stop();
     }
   });
 

@@ -1725,7 +1725,7 @@ var Gateway = class {
   }
   // ---- One request ----
   // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
-  // matches, else { status, headers, body?, finish?, abort? }: `finish({ actualCost })` once the
+  // matches, else { status, headers, body?, finish?, done? }: `finish({ actualCost })` once the
   // backend answered (settlement), `done()` when the response ended or was dropped (releases).
   async decide(req) {
     const policy = this.policies.current;
@@ -2088,10 +2088,13 @@ function parseActual(v) {
 }
 
 // src/gateway/express.js
+function put(res, name, value) {
+  if (name.startsWith("RateLimit") && res.appendHeader) res.appendHeader(name, value);
+  else res.setHeader(name, value);
+}
 function send(res, decision) {
   res.statusCode = decision.status;
-  for (const [k, v] of decision.headers) res.setHeader(k, v);
-  res.setHeader("Content-Type", PROBLEM_TYPE);
+  for (const [k, v] of decision.headers) put(res, k, v);
   res.end(JSON.stringify(decision.body));
 }
 function settleBeforeSending(res, decision) {
@@ -2133,7 +2136,7 @@ function expressMiddleware(gateway) {
       send(res, decision);
       return;
     }
-    for (const [k, v] of decision.headers) res.appendHeader ? res.appendHeader(k, v) : res.setHeader(k, v);
+    for (const [k, v] of decision.headers) put(res, k, v);
     if (decision.done) {
       if (req.socket?.destroyed) decision.done();
       else res.once("close", decision.done);

@@ -1,10 +1,13 @@
 // The gateway as express middleware (also plain node:http: `(req, res, next)`).
-import { PROBLEM_TYPE } from './problem.js';
+// RateLimit-Policy and RateLimit are lists: a second limiting layer adds its items to the first's.
+function put(res, name, value) {
+  if (name.startsWith('RateLimit') && res.appendHeader) res.appendHeader(name, value);
+  else res.setHeader(name, value);
+}
 
 function send(res, decision) {
   res.statusCode = decision.status;
-  for (const [k, v] of decision.headers) res.setHeader(k, v);
-  res.setHeader('Content-Type', PROBLEM_TYPE);
+  for (const [k, v] of decision.headers) put(res, k, v);
   res.end(JSON.stringify(decision.body));
 }
 
@@ -46,7 +49,7 @@ export function expressMiddleware(gateway) {
       send(res, decision);
       return;
     }
-    for (const [k, v] of decision.headers) res.appendHeader ? res.appendHeader(k, v) : res.setHeader(k, v);
+    for (const [k, v] of decision.headers) put(res, k, v);
     if (decision.done) {
       // A caller gone while the store answered has already closed the response.
       if (req.socket?.destroyed) decision.done();

@@ -117,7 +117,7 @@ export class Gateway {
   // ---- One request ----
 
   // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
-  // matches, else { status, headers, body?, finish?, abort? }: `finish({ actualCost })` once the
+  // matches, else { status, headers, body?, finish?, done? }: `finish({ actualCost })` once the
   // backend answered (settlement), `done()` when the response ended or was dropped (releases).
   async decide(req) {
     const policy = this.policies.current;

@@ -57,3 +57,16 @@ async def test_valkey_py_asyncio(server):
         assert d.allowed and [r.remaining for r in d.rules] == [0, 0]
     finally:
         await conn.aclose()
+
+
+def test_valkey_py_cluster_is_a_drop_in(cluster):
+    valkey_cluster = pytest.importorskip("valkey.cluster")
+    rc = valkey_cluster.ValkeyCluster(host="127.0.0.1", port=cluster.port)
+    try:
+        client = redis_rl.Client(rc)
+        for i in range(6):
+            d = client.multi([redis_rl.Rule("a", f"{{v{i}}}:a", 2, 3600),
+                              redis_rl.Rule("b", f"{{v{i}}}:b", 2, 3600)])
+            assert d.allowed and [r.remaining for r in d.rules] == [1, 1]
+    finally:
+        rc.close()

@@ -215,7 +215,13 @@ async function findCommandClass() {
 var fromIovalkey = fromIoredis;
 function fromNodeRedis(client) {
   if (typeof client.getSlotMaster === "function") {
-    return wrap((name, args, firstKey) => client.sendCommand(firstKey, false, [name, ...args]));
+    return wrap(async (name, args, firstKey) => {
+      if (name === "WAIT" && firstKey !== void 0) {
+        const node = await client.nodeClient(client.getSlotMaster(keySlot(firstKey)));
+        return node.sendCommand([name, ...args]);
+      }
+      return client.sendCommand(firstKey, false, [name, ...args]);
+    });
   }
   return wrap((name, args) => client.sendCommand([name, ...args]));
 }

@@ -72,7 +72,15 @@ export const fromIovalkey = fromIoredis;
 // `disableOfflineQueue: true` for the same reason as ioredis's offline queue.
 export function fromNodeRedis(client) {
   if (typeof client.getSlotMaster === 'function') {
-    return wrap((name, args, firstKey) => client.sendCommand(firstKey, false, [name, ...args]));
+    return wrap(async (name, args, firstKey) => {
+      // node-redis fans WAIT out to every shard (its command policy); a durable admission waits
+      // on the connection of its own slot's primary only.
+      if (name === 'WAIT' && firstKey !== undefined) {
+        const node = await client.nodeClient(client.getSlotMaster(keySlot(firstKey)));
+        return node.sendCommand([name, ...args]);
+      }
+      return client.sendCommand(firstKey, false, [name, ...args]);
+    });
   }
   return wrap((name, args) => client.sendCommand([name, ...args]));
 }

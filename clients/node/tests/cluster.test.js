@@ -7,7 +7,8 @@ import Redis from 'ioredis';
 import { createCluster } from 'redis';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
-import { fromIoredis, fromNodeRedis, keySlot, RateLimiterRL, RateLimiterRes, RL, RLError, RLStore } from '../src/index.js';
+import { fromIoredis, fromNodeRedis, Gateway, keySlot, RateLimiterRL, RateLimiterRes, RL, RLError, RLStore } from '../src/index.js';
+import { quiet } from './support/gateway.js';
 import { listen } from './support/http.js';
 import { Cluster } from './support/server.js';
 
@@ -99,6 +100,41 @@ for (const [name, connect] of CLIENTS) {
         await limiter.consume(w);
         await assert.rejects(limiter.consume(w), RateLimiterRes);
       }
+    });
+
+    test('durable rules in two slots: one WAIT to each slot\'s primary', async () => {
+      const tags = ['a', 'b', 'c', 'd', 'e', 'f', 'g'];
+      const node = (tag) => Math.floor(keySlot(`{${name}-${tag}}`) / 5461.34);
+      const [t1, t2] = [tags[0], tags.find((t) => node(t) !== node(tags[0]))];
+      const gw = new Gateway({ store: conn.adapter, durableStore: conn.adapter, logger: quiet, policy: {
+        version: 1,
+        rules: {
+          slot: { key: `{${name}-${t1}}:slot`, concurrency: 5, lease: '1m', durable: true },
+          rate: { key: `{${name}-${t2}}:rate`, limit: 100, period: '1h', durable: true },
+        },
+        routes: [{ method: 'POST', path: '/d', rules: ['slot', 'rate'] }],
+        store: { timeout: '100ms' },
+      } });
+      const waits = async () => {
+        const out = [];
+        for (const n of cluster.nodes) {
+          const c = await n.ioredis();
+          out.push(Number(/cmdstat_wait:calls=(\d+)/.exec(await c.info('commandstats'))?.[1] ?? 0));
+          c.disconnect();
+        }
+        return out;
+      };
+      const before = await waits();
+      const d = await gw.decide({ method: 'POST', path: '/d', headers: {}, peer: '127.0.0.1' });
+      assert.equal(d.status, 200);
+      d.done();
+      const after = await waits();
+      const delta = after.map((n, i) => n - before[i]);
+      assert.equal(delta.reduce((a, b) => a + b, 0), 2, JSON.stringify(delta));
+      assert.ok(delta.every((n) => n <= 1), JSON.stringify(delta));
+      // No replica: each slot's admission stands, counted unreplicated.
+      assert.equal(gw.metrics.count('POST /d', 'slot', 'unreplicated_admit'), 1);
+      assert.equal(gw.metrics.count('POST /d', 'rate', 'unreplicated_admit'), 1);
     });
 
     test('keys in two slots are refused before any round trip, naming both slots', async () => {

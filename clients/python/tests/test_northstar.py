@@ -72,3 +72,24 @@ def test_export_settles_and_health_metrics_reload(northstar):
     assert httpx.get(f"{northstar}/unrouted").status_code == 200
     reload = httpx.post(f"{northstar}/-/reload")
     assert reload.status_code == 409 and "not higher" in reload.text
+
+
+def test_northstar_on_a_cluster(cluster):
+    port = free_port()
+    env = dict(os.environ, NORTHSTAR_VENV=sys.prefix)
+    proc = subprocess.Popen(
+        [str(HERE / "northstar"), "--redis", f"redis://127.0.0.1:{cluster.port}", "--listen",
+         f"127.0.0.1:{port}", "--policy", str(HERE / "northstar.policy.json"), "--cluster"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"listening on 127.0.0.1:{port}", (line, proc.stderr.read())
+        with httpx.Client() as c:
+            for tenant in ("c1", "c2", "c3"):
+                r = c.get(f"http://127.0.0.1:{port}/catalog",
+                          headers={"x-user": "u", "x-tenant": tenant})
+                assert r.status_code == 200
+                assert r.headers["ratelimit"].startswith('"read";r=19;t=1, "tenant";r=999;t=')
+    finally:
+        proc.kill()
+        proc.wait()

@@ -192,7 +192,7 @@ function wrap(send2, extra = {}) {
 }
 function fromIoredis(client, { Command } = {}) {
   if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
-  const commandClass = Command ? Promise.resolve(Command) : findCommandClass();
+  const commandClass = Command ? Promise.resolve(Command) : findCommandClass(client);
   return wrap(async (name, args, firstKey) => {
     const Cmd = await commandClass;
     if (!Cmd || firstKey === void 0) return client.call(name, ...args);
@@ -201,12 +201,13 @@ function fromIoredis(client, { Command } = {}) {
     return client.sendCommand(cmd);
   });
 }
-async function findCommandClass() {
+async function findCommandClass(client) {
   for (const name of ["ioredis", "iovalkey"]) {
     try {
       const mod = await import(name);
+      const Cluster = mod.Cluster ?? mod.default?.Cluster;
       const Command = mod.Command ?? mod.default?.Command;
-      if (Command) return Command;
+      if (Cluster && Command && client instanceof Cluster) return Command;
     } catch {
     }
   }

@@ -40,7 +40,7 @@ function wrap(send, extra = {}) {
 // of failing, then is replayed and counted twice.
 export function fromIoredis(client, { Command } = {}) {
   if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
-  const commandClass = Command ? Promise.resolve(Command) : findCommandClass();
+  const commandClass = Command ? Promise.resolve(Command) : findCommandClass(client);
   return wrap(async (name, args, firstKey) => {
     // A Command carrying its slot goes straight to the slot's primary; without the class (or a
     // key) the call goes to any node and follows its MOVED reply.
@@ -52,13 +52,15 @@ export function fromIoredis(client, { Command } = {}) {
   });
 }
 
-// ioredis and iovalkey export the same Command; either routes a cluster call.
-async function findCommandClass() {
+// The Command class of the library the cluster client comes from (ioredis or iovalkey, its
+// fork), looked up beside this package.
+async function findCommandClass(client) {
   for (const name of ['ioredis', 'iovalkey']) {
     try {
       const mod = await import(name);
+      const Cluster = mod.Cluster ?? mod.default?.Cluster;
       const Command = mod.Command ?? mod.default?.Command;
-      if (Command) return Command;
+      if (Cluster && Command && client instanceof Cluster) return Command;
     } catch {
       // Not installed beside this package: try the next one.
     }

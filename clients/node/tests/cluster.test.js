@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import Redis from 'ioredis';
+import Valkey from 'iovalkey';
 import { createCluster } from 'redis';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
@@ -19,6 +20,12 @@ after(async () => { await cluster.stop(); });
 const CLIENTS = [
   ['ioredis Cluster', async () => {
     const c = new Redis.Cluster(cluster.startup, { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } });
+    c.on('error', () => {});
+    await new Promise((r) => c.once('ready', r));
+    return { adapter: fromIoredis(c), close: () => c.disconnect() };
+  }],
+  ['iovalkey Cluster', async () => {
+    const c = new Valkey.Cluster(cluster.startup, { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } });
     c.on('error', () => {});
     await new Promise((r) => c.once('ready', r));
     return { adapter: fromIoredis(c), close: () => c.disconnect() };

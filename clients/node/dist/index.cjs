@@ -1671,7 +1671,8 @@ var Gateway = class {
       };
       if (this.rl.mode) onMode(this.rl.mode);
     }
-    this.durable = options.durableStore ? new RL(options.durableStore, { logger: this.logger }) : this.rl;
+    const durable = options.durableStore;
+    this.durable = !durable ? this.rl : durable instanceof RL ? durable : new RL(durable, { logger: this.logger });
     this.policies = options.policy instanceof PolicyStore ? options.policy : new PolicyStore(options.policy);
     const p = this.policies.current;
     this.cache = new NegativeCache(p.negativeCache.entries, this.now);
@@ -1768,7 +1769,8 @@ var Gateway = class {
     }
     const ticket = this.breaker.admit(route.onStoreError.mode);
     if (!ticket) return this.posture(ctx);
-    const state = { holders: [], reservations: [], taken: [], answered: [], cancelled: false, calls: 0 };
+    const rl = route.rules.some((r) => r.durable) ? this.durable : this.rl;
+    const state = { rl, holders: [], reservations: [], taken: [], answered: [], cancelled: false, calls: 0 };
     const started = import_node_perf_hooks.performance.now();
     let outcome;
     try {
@@ -1835,7 +1837,7 @@ var Gateway = class {
       const holder = hex(8);
       state.holders.push({ r, holder });
       state.calls += 1;
-      const lease = await this.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
+      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
       const outcome = {
         remaining: Math.max(0, r.rule.concurrency - lease.in_flight),
         resetAfterMs: 0,
@@ -1859,7 +1861,7 @@ var Gateway = class {
       if (!inMulti(r.rule) || !r.rule.settle) continue;
       live();
       state.calls += 1;
-      const d = await this.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
+      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
       if (!d.allowed) {
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
         return refuse(r, d.retry_after_ms, rateSpec(r.rule), outcomeOf(d));
@@ -1871,7 +1873,7 @@ var Gateway = class {
     if (multi2.length) {
       live();
       state.calls += 1;
-      const d = await this.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
+      const d = await state.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
       const at = state.answered.length;
       multi2.forEach((r, i) => {
         const refusing = d.denied_by === r.rule.name;
@@ -1893,7 +1895,7 @@ var Gateway = class {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
       state.calls += 1;
-      const d = await this.rl.admit(this.rateRequest(r));
+      const d = await state.rl.admit(this.rateRequest(r));
       if (!d.allowed) record(r.rule, "shadow_refuse");
     }
     return { allowed: true };
@@ -1970,14 +1972,14 @@ var Gateway = class {
     const holders = state.holders;
     state.holders = [];
     for (const { r, holder } of holders) {
-      this.rl.execute(release(r.key, holder), { timeout: RELEASE_DEADLINE_MS }).catch(() => {
+      state.rl.execute(release(r.key, holder), { timeout: RELEASE_DEADLINE_MS }).catch(() => {
       });
     }
   }
   async refundAll(state) {
     const reservations = state.reservations;
     state.reservations = [];
-    await Promise.all(reservations.map(({ r, id }) => this.rl.settle(r.key, id, 0).catch(() => {
+    await Promise.all(reservations.map(({ r, id }) => state.rl.settle(r.key, id, 0).catch(() => {
     })));
   }
   // WAIT 1 once per cluster slot of the durable rules that wrote, on the durable connections.
@@ -1993,7 +1995,7 @@ var Gateway = class {
     await Promise.all([...bySlot.values()].map(async (rules) => {
       let acked = 0;
       try {
-        acked = await withDeadline(this.durable.adapter.send("WAIT", ["1", String(timeout)], rules[0].key), 2 * timeout);
+        acked = await withDeadline(state.rl.adapter.send("WAIT", ["1", String(timeout)], rules[0].key), 2 * timeout);
       } catch {
         acked = 0;
       }
@@ -2054,7 +2056,7 @@ var Gateway = class {
     if (leases.length) {
       const every = Math.min(...leases.map(({ r }) => r.rule.leaseMs)) / 3;
       renewTimer = setInterval(() => {
-        for (const { r, holder } of leases) this.rl.renew(r.key, holder, r.rule.leaseMs).catch(() => {
+        for (const { r, holder } of leases) state.rl.renew(r.key, holder, r.rule.leaseMs).catch(() => {
         });
       }, every);
       renewTimer.unref?.();
@@ -2067,7 +2069,7 @@ var Gateway = class {
         finished = true;
         const actual = parseActual(actualCost);
         if (actual === null) return;
-        await Promise.all(reservations.map(({ r, id }) => this.rl.settle(r.key, id, actual).catch(() => {
+        await Promise.all(reservations.map(({ r, id }) => state.rl.settle(r.key, id, actual).catch(() => {
         })));
       };
     }
@@ -2077,7 +2079,7 @@ var Gateway = class {
         if (ended) return;
         ended = true;
         clearInterval(renewTimer);
-        this.releaseAll({ holders: leases });
+        this.releaseAll({ rl: state.rl, holders: leases });
       };
     }
     return decision;

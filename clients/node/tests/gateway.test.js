@@ -221,12 +221,23 @@ describe('gateway', () => {
         if (Date.now() > deadline) throw new Error('the replica did not sync');
         await new Promise((res) => setTimeout(res, 50));
       }
-      await withGateway(async ({ url, gateway }) => {
-        const res = await fetch(`${url}/durable`, { method: 'POST', headers: { 'x-user': 'd' } });
-        assert.equal(res.status, 200);
-        assert.equal(gateway.metrics.count('POST /durable', 'durable', 'admit'), 1);
-        assert.equal(gateway.metrics.count('POST /durable', 'durable', 'unreplicated_admit'), 0);
-      }, { policyExtra: { store: { timeout: '2s' } } });
+      const own = await server.ioredis();
+      const ownId = await own.call('CLIENT', 'ID');
+      try {
+        // On the gateway's connection, then on connections of its own for durable routes.
+        for (const durableStore of [undefined, own]) {
+          await withGateway(async ({ url, gateway }) => {
+            const res = await fetch(`${url}/durable`, { method: 'POST', headers: { 'x-user': 'd' } });
+            assert.equal(res.status, 200);
+            assert.equal(gateway.metrics.count('POST /durable', 'durable', 'admit'), 1);
+            assert.equal(gateway.metrics.count('POST /durable', 'durable', 'unreplicated_admit'), 0);
+          }, { policyExtra: { store: { timeout: '2s' } }, gateway: { durableStore } });
+        }
+        // The durable connection carried the route's calls, its WAIT last.
+        assert.match(await io.call('CLIENT', 'LIST', 'ID', ownId), / cmd=wait /);
+      } finally {
+        own.disconnect();
+      }
     } finally {
       r.disconnect();
       await replica.stop();

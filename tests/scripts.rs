@@ -319,15 +319,20 @@ const JUNK: &[&str] = &[
     "\u{1}x",
 ];
 
-/// Limit and period for `algo` on key number `key`: rates stay slow (hours and up) so the two
+/// Limit and period for `algo` on key number `key` (log takes at most 10000, and none of
+/// `LIMITS` is more): rates stay slow (hours and up) so the two
 /// servers, reading their clocks a moment apart, decide the same, and each key keeps one period,
 /// since converting a level to a much longer period magnifies that moment (a microsecond of a
 /// 2 h rule is 44 ms of a 3650 d one).
 fn rate_rule(rng: &mut Rng, algo: &str, key: usize) -> (String, String, Option<String>) {
-    let mut limit = pick(rng, LIMITS).to_string();
-    if algo == "log" && limit.len() > 4 {
-        limit = "10000".into();
+    // A rate key keeps its limit too: a level counted under a limit L1 refills in the time of L2
+    // after a change, which turns the moment between the two calls into L1 / L2 times as much.
+    let limit = if matches!(algo, "gcra" | "bucket") {
+        LIMITS[(key * 7 + 3) % LIMITS.len()]
+    } else {
+        pick(rng, LIMITS)
     }
+    .to_string();
     let period = PERIODS[key % PERIODS.len()].to_string();
     let burst = (matches!(algo, "gcra" | "bucket") && rng.below(2) == 0)
         .then(|| pick(rng, &["1", "5", "20", "1000", "1000000000000000"]).to_string());
@@ -589,6 +594,16 @@ fn large_rules_decide_exactly_as_the_module() {
         "RL.ADMIT big:6 1000000000000000 1h BURST 1 COST 1 ALGO bucket",
         "RL.ADMIT big:7 1 3650d BURST 1000000000000000",
         "RL.ADMIT big:8 1000000000000000 3650d BURST 1000000000000000 COST 1000000000000001",
+        // Rule changes toward a faster refill, where the moment between the calls shrinks.
+        "RL.ADMIT conv:1 10 1h BURST 10 COST 1",
+        "RL.ADMIT conv:1 3 1h BURST 5 COST 1",
+        "RL.ADMIT conv:1 1000 1h BURST 20 COST 2 ALGO bucket",
+        "RL.ADMIT conv:2 7 3650d COST 3",
+        "RL.ADMIT conv:2 7 1h COST 1 ALGO bucket",
+        "RL.ADMIT conv:2 70 1h BURST 7 COST 1",
+        "RL.ADMIT conv:3 10 1h ALGO window COST 4",
+        "RL.ADMIT conv:3 5 1h ALGO sliding COST 1",
+        "RL.ADMIT conv:3 20 2h ALGO window COST 3",
     ];
     for line in lines {
         let args: Vec<String> = line.split(' ').map(String::from).collect();

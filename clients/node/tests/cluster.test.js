@@ -120,7 +120,7 @@ for (const [name, connect] of CLIENTS) {
           rate: { key: `{${name}-${t2}}:rate`, limit: 100, period: '1h', durable: true },
         },
         routes: [{ method: 'POST', path: '/d', rules: ['slot', 'rate'] }],
-        store: { timeout: '100ms' },
+        store: { timeout: '500ms' },
       } });
       const waits = async () => {
         const out = [];

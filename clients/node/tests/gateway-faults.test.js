@@ -21,7 +21,8 @@ function policy(p, store = {}) {
       { method: 'POST', path: '/search', rules: ['search'], on_store_error: { mode: 'fallback', limit: 3, period: '1h', burst: 4 } },
       { method: 'GET', path: '/open', rules: ['open'], on_store_error: { mode: 'allow' } },
     ],
-    store: { timeout: '50ms', breaker: { failures: 3, open: '1s' }, ramp: '1ms', ...store },
+    // Long enough for a loaded machine to answer, short against the 3 s faults below.
+    store: { timeout: '250ms', breaker: { failures: 3, open: '1s' }, ramp: '1ms', ...store },
   };
 }
 
@@ -88,7 +89,7 @@ describe('postures under faults', () => {
     const other = await server.ioredis();
     const g = await serveGateway({ store: io, policy: policy(fresh(), { breaker: { failures: 100, open: '1s' } }) });
     try {
-      const sleeping = other.call('DEBUG', 'SLEEP', '1.5');
+      const sleeping = other.call('DEBUG', 'SLEEP', '3');
       await new Promise((r) => setTimeout(r, 100));
       await expectPostures(g.url, g.gateway);
       assert.match(g.gateway.metrics.render(), /rl_gateway_store_call_duration_seconds_count\{result="timeout"\} \d+\n/);
@@ -107,7 +108,7 @@ describe('postures under faults', () => {
     const other = await server.ioredis();
     const g = await serveGateway({ store: io, policy: policy(fresh(), { breaker: { failures: 100, open: '1s' } }) });
     try {
-      await other.call('CLIENT', 'PAUSE', '1500', 'ALL');
+      await other.call('CLIENT', 'PAUSE', '3000', 'ALL');
       await expectPostures(g.url, g.gateway);
     } finally {
       await other.call('CLIENT', 'UNPAUSE');

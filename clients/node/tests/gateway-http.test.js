@@ -31,6 +31,7 @@ describe('fastify', () => {
         slot: { key: `${p}:{t:\${tenant}}:slot`, concurrency: 1, lease: '1m' },
         job: { key: `${p}:{t:\${tenant}}:job`, limit: 100, period: '1h', cost: 10, settle: true },
       },
+      store: { timeout: '1s' },
       routes: [
         { method: 'GET', path: '/two', rules: ['two'] },
         { method: 'POST', path: '/job', rules: ['slot', 'job'] },
@@ -67,7 +68,7 @@ describe('stacked layers', () => {
   test('a second limiting layer adds its items to the first one\'s', async () => {
     const p = fresh();
     const layer = (name, limit) => expressMiddleware(new Gateway({ store: io, logger: quiet, policy: {
-      version: 1, rules: { [name]: { key: `${p}:${name}`, limit, period: '1h' } },
+      version: 1, store: { timeout: '1s' }, rules: { [name]: { key: `${p}:${name}`, limit, period: '1h' } },
       routes: [{ method: 'GET', path: '/s', rules: [name] }] } }));
     const app = express();
     app.use(layer('outer', 100));
@@ -90,6 +91,7 @@ describe('identity', () => {
     const g = await serveGateway({ store: io, policy: {
       version: 1,
       identity: { trusted_proxies: ['127.0.0.0/8', '10.0.0.0/8'] },
+      store: { timeout: '1s' },
       rules: { ip: { key: `${p}:ip:\${ip}`, limit: 1, period: '1h' } },
       routes: [{ method: 'GET', path: '/ip', rules: ['ip'] }],
     } });
@@ -111,7 +113,7 @@ describe('identity', () => {
     const p = fresh();
     const g = await serveGateway({ store: io,
       identify: async (req) => ({ user: req.headers.authorization === 'Bearer k1' ? 'alice' : undefined }),
-      policy: { version: 1, identity: { user: 'x-user' },
+      policy: { version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
         rules: { u: { key: `${p}:u:\${user}`, limit: 5, period: '1h' } },
         routes: [{ method: 'GET', path: '/u', rules: ['u'] }] } });
     try {

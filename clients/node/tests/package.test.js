@@ -82,7 +82,7 @@ describe('the package', () => {
     const dir = mkdtempSync(join(PKG, '.scratch-'));
     try {
       writeFileSync(join(dir, 'app.mjs'), block);
-      writeFileSync(join(dir, 'policy.json'), JSON.stringify({ version: 1, identity: { user: 'x-user' },
+      writeFileSync(join(dir, 'policy.json'), JSON.stringify({ version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
         rules: { read: { key: 'readme:${user}', limit: 2, period: '1h' } },
         routes: [{ method: 'GET', path: '/catalog', rules: ['read'] }] }));
       const port = 20000 + Math.floor(Math.random() * 10000);

@@ -27,19 +27,23 @@ local MAX_RESERVATIONS = 10000
 local BIG = 4503599627370496 -- 2^52: quotients at or above it are "too large" (saturate)
 
 local floor = math.floor
+-- The functions are fields of one table: the script makes its closures on every call, and one
+-- upvalue each keeps that cheap (each upvalue of a closure is looked up among all the locals
+-- captured so far).
+local R = {}
 local format = string.format
 
-local function int(n)
+function R.int(n)
   return format('%.0f', n)
 end
 
 -- Refusals travel as a table through error() to the one pcall in the entry point.
-local function fail(msg)
+function R.fail(msg)
   error({ msg }, 0)
 end
 
 -- q, r with a = q * c + r, 0 <= r < c, for 0 <= a < 2^53 and c > 0.
-local function divmod(a, c)
+function R.divmod(a, c)
   local q = floor(a / c)
   local r = a - q * c
   if r < 0 then
@@ -53,12 +57,12 @@ end
 -- q, r with a * b = q * c + r, 0 <= r < c, for 0 <= a, b < 2^53 and 0 < c < 2^51, by doubling
 -- over a's bits so no intermediate exceeds 2^53. A quotient of 2^52 or more is returned as BIG
 -- (r 0): callers only compare it or saturate with it.
-local function muldiv(a, b, c)
+function R.muldiv(a, b, c)
   local p = a * b
   if p < BIG then
-    return divmod(p, c)
+    return R.divmod(p, c)
   end
-  local qb, rb = divmod(b, c)
+  local qb, rb = R.divmod(b, c)
   local bits, n = {}, 0
   while a > 0 do
     local h = floor(a / 2)
@@ -85,8 +89,8 @@ local function muldiv(a, b, c)
   return q, r
 end
 
-local function ceil_muldiv(a, b, c)
-  local q, r = muldiv(a, b, c)
+function R.ceil_muldiv(a, b, c)
+  local q, r = R.muldiv(a, b, c)
   if r > 0 then
     q = q + 1
   end
@@ -94,12 +98,12 @@ local function ceil_muldiv(a, b, c)
 end
 
 -- a * b compared with c * d (all below 2^53), exactly: -1, 0 or 1.
-local function cmp_products(a, b, c, d)
+function R.cmp_products(a, b, c, d)
   if a == 0 or b == 0 then
     return (c == 0 or d == 0) and 0 or -1
   end
   -- a * b <= c * d  <=>  floor(a * b / d) < c, or == c with no remainder.
-  local q, r = muldiv(a, b, d)
+  local q, r = R.muldiv(a, b, d)
   if q < c then
     return -1
   elseif q > c then
@@ -111,7 +115,7 @@ end
 ---------------------------------------------------------------------------------------------
 -- Argument parsing, with the module's error texts (core/src/parse.rs, core/src/error.rs).
 
-local function printable(s)
+function R.printable(s)
   local out = {}
   for i = 1, math.min(#s, 64) do
     local b = s:byte(i)
@@ -127,12 +131,12 @@ local function printable(s)
   return table.concat(out)
 end
 
-local function range_error(arg, min, max)
-  fail('ERR ' .. arg .. ' must be in the range [' .. int(min) .. ', ' .. int(max) .. ']')
+function R.range_error(arg, min, max)
+  R.fail('ERR ' .. arg .. ' must be in the range [' .. R.int(min) .. ', ' .. R.int(max) .. ']')
 end
 
 -- A non-negative decimal integer; nil and the kind of failure ('integer' or 'range') if not.
-local function parse_u64(s)
+function R.parse_u64(s)
   if #s == 0 then
     return nil, 'integer'
   end
@@ -154,50 +158,50 @@ local function parse_u64(s)
   return v
 end
 
-local function parse_count(s, arg, min, max)
-  local v, why = parse_u64(s)
+function R.parse_count(s, arg, min, max)
+  local v, why = R.parse_u64(s)
   if v == nil then
     if why == 'range' then
-      range_error(arg, min, max)
+      R.range_error(arg, min, max)
     end
-    fail('ERR ' .. arg .. ' must be an integer')
+    R.fail('ERR ' .. arg .. ' must be an integer')
   end
   if v < min or v > max then
-    range_error(arg, min, max)
+    R.range_error(arg, min, max)
   end
   return v
 end
 
 local UNITS = { ms = MS, s = S, m = M, h = H, d = D }
 
-local function parse_duration(s, arg, max_us, max_text)
+function R.parse_duration(s, arg, max_us, max_text)
   local digits = s:match('^[0-9]*')
   local unit = s:sub(#digits + 1)
   if unit == '' then
     if #digits > 0 then
-      fail('ERR ' .. arg .. ' needs a unit: add ms, s, m, h or d (for example 10s)')
+      R.fail('ERR ' .. arg .. ' needs a unit: add ms, s, m, h or d (for example 10s)')
     end
-    fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
+    R.fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
   end
   local scale = UNITS[unit:lower()]
   if scale == nil or #digits == 0 then
-    fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
+    R.fail('ERR ' .. arg .. ' must be a positive integer followed by ms, s, m, h or d (for example 10s)')
   end
-  local n = parse_u64(digits)
+  local n = R.parse_u64(digits)
   if n == nil or n * scale < MS or n * scale > max_us then
-    fail('ERR ' .. arg .. ' must be between 1ms and ' .. max_text)
+    R.fail('ERR ' .. arg .. ' must be between 1ms and ' .. max_text)
   end
   return n * scale
 end
 
-local function parse_id(s, what)
+function R.parse_id(s, what)
   if #s == 0 or #s > MAX_ID_LEN then
-    fail('ERR ' .. what .. ' must be 1 to 256 bytes')
+    R.fail('ERR ' .. what .. ' must be 1 to 256 bytes')
   end
   return s
 end
 
-local function is(token, name)
+function R.is(token, name)
   return token:upper() == name
 end
 
@@ -205,25 +209,25 @@ local ALGOS = { 'gcra', 'bucket', 'window', 'sliding', 'log' }
 local FAMILY = { gcra = 'rate', bucket = 'rate', window = 'window', sliding = 'window',
   log = 'log', semaphore = 'semaphore' }
 
-local function parse_algo(s)
+function R.parse_algo(s)
   local lower = s:lower()
   for _, a in ipairs(ALGOS) do
     if lower == a then
       return a
     end
   end
-  fail('ERR ALGO must be one of gcra, bucket, window, sliding, log (got \'' .. printable(s) .. '\')')
+  R.fail('ERR ALGO must be one of gcra, bucket, window, sliding, log (got \'' .. R.printable(s) .. '\')')
 end
 
 -- Takes BURST, COST or ALGO at args[i] into opts; returns the arguments it took (0: not one).
-local function take_rule_option(opts, args, i)
+function R.take_rule_option(opts, args, i)
   local token = args[i]
   local field
-  if is(token, 'BURST') then
+  if R.is(token, 'BURST') then
     field = 'burst'
-  elseif is(token, 'COST') then
+  elseif R.is(token, 'COST') then
     field = 'cost'
-  elseif is(token, 'ALGO') then
+  elseif R.is(token, 'ALGO') then
     field = 'algo'
   else
     return 0
@@ -231,56 +235,56 @@ local function take_rule_option(opts, args, i)
   local name = token:upper()
   local value = args[i + 1]
   if value == nil then
-    fail('ERR ' .. name .. ' needs a value')
+    R.fail('ERR ' .. name .. ' needs a value')
   end
   local v
   if field == 'algo' then
-    v = parse_algo(value)
+    v = R.parse_algo(value)
   else
-    v = parse_count(value, name, 1, MAX_COUNT)
+    v = R.parse_count(value, name, 1, MAX_COUNT)
   end
   if opts[field] ~= nil then
-    fail('ERR ' .. name .. ' given more than once')
+    R.fail('ERR ' .. name .. ' given more than once')
   end
   opts[field] = v
   return 2
 end
 
 -- The validated rule { algo, limit, period, burst } and the cost (core/src/rule.rs Rule::new).
-local function build_rule(opts, limit_s, period_s)
+function R.build_rule(opts, limit_s, period_s)
   local algo = opts.algo or 'gcra'
-  local limit = parse_count(limit_s, 'limit', 1, MAX_COUNT)
-  local period = parse_duration(period_s, 'period', MAX_PERIOD_US, '3650d')
+  local limit = R.parse_count(limit_s, 'limit', 1, MAX_COUNT)
+  local period = R.parse_duration(period_s, 'period', MAX_PERIOD_US, '3650d')
   if algo == 'log' and limit > MAX_LOG_LIMIT then
-    range_error('limit', 1, MAX_LOG_LIMIT)
+    R.range_error('limit', 1, MAX_LOG_LIMIT)
   end
   local burst = limit
   if opts.burst ~= nil then
     if FAMILY[algo] ~= 'rate' then
-      fail('ERR BURST is not allowed with ALGO ' .. algo)
+      R.fail('ERR BURST is not allowed with ALGO ' .. algo)
     end
     burst = opts.burst
   end
-  if cmp_products(burst, period, MAX_PERIOD_US, limit) > 0 then
-    fail('ERR capacity / limit * period (the time to refill the capacity) must be at most 3650d')
+  if R.cmp_products(burst, period, MAX_PERIOD_US, limit) > 0 then
+    R.fail('ERR capacity / limit * period (the time to refill the capacity) must be at most 3650d')
   end
   local cost = opts.cost or 1
   if cost > burst then
-    fail('ERR COST ' .. int(cost) .. ' exceeds the capacity ' .. int(burst)
+    R.fail('ERR COST ' .. R.int(cost) .. ' exceeds the capacity ' .. R.int(burst)
       .. ': such a request could never be admitted')
   end
   return { algo = algo, limit = limit, period = period, burst = burst }, cost
 end
 
-local function arity(name)
-  fail('ERR wrong number of arguments for \'' .. name .. '\' command')
+function R.arity(name)
+  R.fail('ERR wrong number of arguments for \'' .. name .. '\' command')
 end
 
 ---------------------------------------------------------------------------------------------
 -- Rate levels (gcra and bucket): whole tokens w plus t ticks, 0 <= t < period, where a token is
 -- `period` ticks and the steady rate adds `limit` ticks a microsecond (core/src/rate.rs).
 
-local function lnorm(w, t, p)
+function R.lnorm(w, t, p)
   if t >= p then
     return w + 1, t - p
   elseif t < 0 then
@@ -289,17 +293,17 @@ local function lnorm(w, t, p)
   return w, t
 end
 
-local function lless(w1, t1, w2, t2)
+function R.lless(w1, t1, w2, t2)
   return w1 < w2 or (w1 == w2 and t1 < t2)
 end
 
 -- Microseconds for the rate to produce w tokens and t ticks (rounded up; 0 when not positive).
-local function ticks_to_us(rule, w, t)
+function R.ticks_to_us(rule, w, t)
   if w < 0 or (w == 0 and t == 0) then
     return 0
   end
-  local q, r = muldiv(w, rule.period, rule.limit)
-  local q2, r2 = divmod(t, rule.limit)
+  local q, r = R.muldiv(w, rule.period, rule.limit)
+  local q2, r2 = R.divmod(t, rule.limit)
   q, r = q + q2, r + r2
   if r >= rule.limit then
     q, r = q + 1, r - rule.limit
@@ -311,8 +315,8 @@ local function ticks_to_us(rule, w, t)
 end
 
 -- The tokens and ticks the rate adds in `us` microseconds, capped at twice the capacity.
-local function refill(rule, us)
-  local w, t = muldiv(us, rule.limit, rule.period)
+function R.refill(rule, us)
+  local w, t = R.muldiv(us, rule.limit, rule.period)
   if w >= 2 * rule.burst then
     return 2 * rule.burst, 0
   end
@@ -321,9 +325,9 @@ end
 
 -- A level under rule `from` in rule `to`'s units: whole tokens kept, the fraction rescaled
 -- (rounded down), clamped to the new capacity and debt floor (rate::convert).
-local function convert(w, t, from, to)
+function R.convert(w, t, from, to)
   if from.period ~= to.period then
-    t = muldiv(t, to.period, from.period)
+    t = R.muldiv(t, to.period, from.period)
   end
   if w >= to.burst then
     return to.burst, 0
@@ -335,23 +339,23 @@ end
 
 -- A gcra TAT is kept as q microseconds plus f ticks of the rate (TAT = q * limit + f ticks in
 -- the module's terms, 0 <= f < limit).
-local function gcra_level(rule, tq, tf, now)
+function R.gcra_level(rule, tq, tf, now)
   local dq = tq - now
   if dq < 0 or (dq == 0 and tf == 0) then
     return rule.burst, 0
   end
   -- dq * limit + tf ticks, in tokens and ticks of a token.
-  local w, t = muldiv(dq, rule.limit, rule.period)
-  local w2, t2 = divmod(tf, rule.period)
-  w, t = lnorm(w + w2, t + t2, rule.period)
-  return lnorm(rule.burst - w, -t, rule.period)
+  local w, t = R.muldiv(dq, rule.limit, rule.period)
+  local w2, t2 = R.divmod(tf, rule.period)
+  w, t = R.lnorm(w + w2, t + t2, rule.period)
+  return R.lnorm(rule.burst - w, -t, rule.period)
 end
 
 -- The TAT holding level (w, t) at `now`: now * limit + capacity - level, as (q, f).
-local function gcra_tat(rule, w, t, now)
-  local mw, mt = lnorm(rule.burst - w, -t, rule.period)
-  local q, f = muldiv(mw, rule.period, rule.limit)
-  local q2, f2 = divmod(mt, rule.limit)
+function R.gcra_tat(rule, w, t, now)
+  local mw, mt = R.lnorm(rule.burst - w, -t, rule.period)
+  local q, f = R.muldiv(mw, rule.period, rule.limit)
+  local q2, f2 = R.divmod(mt, rule.limit)
   q, f = q + q2, f + f2
   if f >= rule.limit then
     q, f = q + 1, f - rule.limit
@@ -359,13 +363,13 @@ local function gcra_tat(rule, w, t, now)
   return now + q, f
 end
 
-local function gcra_full_at(tq, tf)
+function R.gcra_full_at(tq, tf)
   return tf > 0 and tq + 1 or tq
 end
 
 -- The earliest instant this TAT can have been written: TAT - 2 * capacity, in microseconds.
-local function gcra_time_floor(rule, tq, tf)
-  local q, f = muldiv(2 * rule.burst, rule.period, rule.limit)
+function R.gcra_time_floor(rule, tq, tf)
+  local q, f = R.muldiv(2 * rule.burst, rule.period, rule.limit)
   local wq, wf = tq - q, tf - f
   if wf < 0 then
     wq, wf = wq - 1, wf + rule.limit
@@ -382,26 +386,26 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 
-local function now_us()
+function R.now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * S + tonumber(t[2])
 end
 
 -- The stored limiter: nil for an absent key; a WRONGTYPE refusal for another type.
-local function load(key)
+function R.load(key)
   -- HMGET answers an absent key with nils and another type with WRONGTYPE: one call for both.
   local v = redis.pcall('HMGET', key, 'a', 'l', 'p', 'b', 'x', 'y', 'z', 'ru')
   if v.err then
-    fail(WRONGTYPE)
+    R.fail(WRONGTYPE)
   end
   if not v[1] then
     if redis.call('EXISTS', key) == 1 then
-      fail(WRONGTYPE)
+      R.fail(WRONGTYPE)
     end
     return nil
   end
   if not FAMILY[v[1]] then
-    fail(WRONGTYPE)
+    R.fail(WRONGTYPE)
   end
   local l = {
     stored = v[1] .. ' ' .. v[2] .. ' ' .. v[3] .. ' ' .. v[4],
@@ -430,7 +434,7 @@ local function load(key)
 end
 
 -- An absent key under `rule` (Limiter::new).
-local function fresh(rule)
+function R.fresh(rule)
   local a = rule.algo
   local l = { algo = a, rule = rule, ru = 0, fresh = true }
   if a == 'gcra' then
@@ -449,10 +453,10 @@ local function fresh(rule)
   return l
 end
 
-local function time_floor(l)
+function R.time_floor(l)
   local a = l.algo
   if a == 'gcra' then
-    return gcra_time_floor(l.rule, l.tq, l.tf)
+    return R.gcra_time_floor(l.rule, l.tq, l.tf)
   elseif a == 'bucket' then
     return l.u
   elseif a == 'window' or a == 'sliding' then
@@ -465,16 +469,16 @@ local function time_floor(l)
 end
 
 -- A rate key's level at `now` under its own rule.
-local function level_at(l, now)
+function R.level_at(l, now)
   if l.algo == 'gcra' then
-    return gcra_level(l.rule, l.tq, l.tf, now)
+    return R.gcra_level(l.rule, l.tq, l.tf, now)
   end
   local elapsed = now - l.u
   if elapsed < 0 then
     elapsed = 0
   end
-  local rw, rt = refill(l.rule, elapsed)
-  local w, t = lnorm(l.w + rw, l.t + rt, l.rule.period)
+  local rw, rt = R.refill(l.rule, elapsed)
+  local w, t = R.lnorm(l.w + rw, l.t + rt, l.rule.period)
   if w >= l.rule.burst then
     return l.rule.burst, 0
   end
@@ -482,7 +486,7 @@ local function level_at(l, now)
 end
 
 -- Sets a rate key (of algo) to level (w, t) at `now` under `rule` (Limiter::store).
-local function set_level(l, algo, rule, w, t, now)
+function R.set_level(l, algo, rule, w, t, now)
   if algo == 'bucket' then
     local u = now
     if l.algo == 'bucket' and l.u > now then
@@ -491,23 +495,23 @@ local function set_level(l, algo, rule, w, t, now)
     l.u, l.w, l.t = u, w, t
     l.tq, l.tf = nil, nil
   else
-    l.tq, l.tf = gcra_tat(rule, w, t, now)
+    l.tq, l.tf = R.gcra_tat(rule, w, t, now)
     l.u, l.w, l.t = nil, nil, nil
   end
   l.algo, l.rule = algo, rule
 end
 
-local function window_start(now, period)
-  local _, r = divmod(now, period)
+function R.window_start(now, period)
+  local _, r = R.divmod(now, period)
   return now - r
 end
 
-local function log_full_at(l, rule)
+function R.log_full_at(l, rule)
   local e = l.entries[#l.entries]
   return e and e[1] + rule.period or 0
 end
 
-local function sliding_full_at(l, rule)
+function R.sliding_full_at(l, rule)
   if l.cur > 0 then
     return l.start + 2 * rule.period
   elseif l.prev > 0 then
@@ -516,20 +520,20 @@ local function sliding_full_at(l, rule)
   return l.start
 end
 
-local function full_at_us(l)
+function R.full_at_us(l)
   local a, rule = l.algo, l.rule
   local at
   if a == 'gcra' then
-    at = gcra_full_at(l.tq, l.tf)
+    at = R.gcra_full_at(l.tq, l.tf)
   elseif a == 'bucket' then
-    local mw, mt = lnorm(rule.burst - l.w, -l.t, rule.period)
-    at = l.u + ticks_to_us(rule, mw, mt)
+    local mw, mt = R.lnorm(rule.burst - l.w, -l.t, rule.period)
+    at = l.u + R.ticks_to_us(rule, mw, mt)
   elseif a == 'window' then
     at = l.start + rule.period
   elseif a == 'sliding' then
-    at = sliding_full_at(l, rule)
+    at = R.sliding_full_at(l, rule)
   elseif a == 'log' then
-    at = log_full_at(l, rule)
+    at = R.log_full_at(l, rule)
   else
     at = l.until_us or 0
   end
@@ -538,41 +542,41 @@ end
 
 -- Writes the limiter's state and its expiry (when it is full again, or its last reservation
 -- is forgotten).
-local function save(key, l)
+function R.save(key, l)
   local a, rule = l.algo, l.rule
   local x, y, z = '', '', ''
   if a == 'gcra' then
-    x, y = int(l.tq), int(l.tf)
+    x, y = R.int(l.tq), R.int(l.tf)
   elseif a == 'bucket' then
-    x, y, z = int(l.u), int(l.w), int(l.t)
+    x, y, z = R.int(l.u), R.int(l.w), R.int(l.t)
   elseif a == 'window' then
-    x, y = int(l.start), int(l.count)
+    x, y = R.int(l.start), R.int(l.count)
   elseif a == 'sliding' then
-    x, y, z = int(l.start), int(l.prev), int(l.cur)
+    x, y, z = R.int(l.start), R.int(l.prev), R.int(l.cur)
   elseif a == 'log' then
     local parts = {}
     for i, e in ipairs(l.entries) do
-      parts[i] = int(e[1]) .. ':' .. int(e[2])
+      parts[i] = R.int(e[1]) .. ':' .. R.int(e[2])
     end
     x = table.concat(parts, ' ')
   elseif a == 'semaphore' then
-    x = int(l.seq)
+    x = R.int(l.seq)
   end
-  local l_, p_, b_ = int(rule.limit), int(rule.period), int(rule.burst)
+  local l_, p_, b_ = R.int(rule.limit), R.int(rule.period), R.int(rule.burst)
   if l.stored == a .. ' ' .. l_ .. ' ' .. p_ .. ' ' .. b_ then
     redis.call('HSET', key, 'x', x, 'y', y, 'z', z)
   else
     redis.call('HSET', key, 'a', a, 'l', l_, 'p', p_, 'b', b_, 'x', x, 'y', y, 'z', z)
   end
-  local ms, r = divmod(full_at_us(l), MS)
+  local ms, r = R.divmod(R.full_at_us(l), MS)
   if r > 0 then
     ms = ms + 1
   end
-  redis.call('PEXPIREAT', key, int(ms))
+  redis.call('PEXPIREAT', key, R.int(ms))
 end
 
-local function mismatch(stored, asked)
-  fail('ERR key holds an ALGO ' .. stored .. ' limiter, not ' .. asked
+function R.mismatch(stored, asked)
+  R.fail('ERR key holds an ALGO ' .. stored .. ' limiter, not ' .. asked
     .. ': use another key, or DEL this one to change the algorithm')
 end
 
@@ -580,35 +584,35 @@ end
 -- Decisions (core/src/limiter.rs decide_at). Each returns the decision
 -- { allowed, remaining, retry (us), reset (us), capacity } and a function that spends it.
 
-local function decide_rate(l, rule, cost, now)
-  local w, t = level_at(l, now)
-  w, t = convert(w, t, l.rule, rule)
+function R.decide_rate(l, rule, cost, now)
+  local w, t = R.level_at(l, now)
+  w, t = R.convert(w, t, l.rule, rule)
   local p = rule.period
   local allowed = w >= cost
   local aw = allowed and w - cost or w
   local d = { allowed = allowed, capacity = rule.burst, retry = 0 }
   d.remaining = aw > 0 and aw or 0
   if not allowed then
-    local nw, nt = lnorm(cost - w, -t, p)
-    d.retry = ticks_to_us(rule, nw, nt)
+    local nw, nt = R.lnorm(cost - w, -t, p)
+    d.retry = R.ticks_to_us(rule, nw, nt)
   end
-  local mw, mt = lnorm(rule.burst - aw, -t, p)
-  d.reset = ticks_to_us(rule, mw, mt)
+  local mw, mt = R.lnorm(rule.burst - aw, -t, p)
+  d.reset = R.ticks_to_us(rule, mw, mt)
   return d, function()
-    set_level(l, rule.algo, rule, aw, t, now)
+    R.set_level(l, rule.algo, rule, aw, t, now)
   end
 end
 
-local function decide_window(l, rule, cost, now)
+function R.decide_window(l, rule, cost, now)
   local algo = rule.algo
   -- The counts that still count under the stored rule, rolled into rule's window of now.
-  local start = window_start(math.max(now, l.start), rule.period)
+  local start = R.window_start(math.max(now, l.start), rule.period)
   local prev, cur
   if l.algo == 'window' then
     local live = now < l.start + l.rule.period
     prev, cur = 0, live and l.count or 0
   else
-    local s = window_start(math.max(now, l.start), l.rule.period)
+    local s = R.window_start(math.max(now, l.start), l.rule.period)
     if l.start == s then
       prev, cur = l.prev, l.cur
     elseif l.start + l.rule.period == s then
@@ -621,7 +625,7 @@ local function decide_window(l, rule, cost, now)
   now = math.max(now, state_start)
   if algo == 'window' then
     -- Fixed::decide: a stored window that is not now's counts nothing.
-    local ws = window_start(now, rule.period)
+    local ws = R.window_start(now, rule.period)
     local count = (state_start == ws) and cur or 0
     local allowed = count + cost <= rule.limit
     local after = allowed and count + cost or count
@@ -637,7 +641,7 @@ local function decide_window(l, rule, cost, now)
   end
   -- Sliding::decide, on the rolled counts.
   local period = rule.period
-  local s = window_start(now, period)
+  local s = R.window_start(now, period)
   if state_start ~= s then
     if state_start + period == s then
       prev, cur = cur, 0
@@ -647,7 +651,7 @@ local function decide_window(l, rule, cost, now)
   end
   local elapsed = now - s
   -- The weight of previous, previous * (period - elapsed) / period, rounded up.
-  local weight = ceil_muldiv(prev, period - elapsed, period)
+  local weight = R.ceil_muldiv(prev, period - elapsed, period)
   local allowed = cur + cost + weight <= rule.limit
   local after = allowed and cur + cost or cur
   local spare = rule.limit - after - weight
@@ -661,7 +665,7 @@ local function decide_window(l, rule, cost, now)
       if p == 0 then
         return 0
       end
-      local keep = muldiv(room, period, p)
+      local keep = R.muldiv(room, period, p)
       return keep >= period and 0 or period - keep
     end
     local at
@@ -679,7 +683,7 @@ local function decide_window(l, rule, cost, now)
   end
 end
 
-local function decide_log(l, rule, cost, now)
+function R.decide_log(l, rule, cost, now)
   local entries = l.entries
   local newest = entries[#entries]
   now = math.max(now, newest and newest[1] or 0)
@@ -697,7 +701,7 @@ local function decide_log(l, rule, cost, now)
   local limit = rule.limit
   local allowed = total + cost <= limit
   local after = allowed and total + cost or total
-  local full = log_full_at(l, rule)
+  local full = R.log_full_at(l, rule)
   local d = { allowed = allowed, remaining = math.max(limit - after, 0), capacity = limit, retry = 0 }
   if allowed and cost > 0 then
     full = now + rule.period
@@ -726,19 +730,19 @@ end
 
 -- Limiter::decide: at the key's own time line when the clock stepped back, with the waits
 -- counted from the clock as read.
-local function decide(l, rule, cost, now)
+function R.decide(l, rule, cost, now)
   local sf, af = FAMILY[l.algo], FAMILY[rule.algo]
   if sf ~= af then
-    mismatch(l.algo, rule.algo)
+    R.mismatch(l.algo, rule.algo)
   end
-  local at = math.max(now, time_floor(l))
+  local at = math.max(now, R.time_floor(l))
   local d, spend
   if af == 'rate' then
-    d, spend = decide_rate(l, rule, cost, at)
+    d, spend = R.decide_rate(l, rule, cost, at)
   elseif af == 'window' then
-    d, spend = decide_window(l, rule, cost, at)
+    d, spend = R.decide_window(l, rule, cost, at)
   else
-    d, spend = decide_log(l, rule, cost, at)
+    d, spend = R.decide_log(l, rule, cost, at)
   end
   local behind = at - now
   if behind > 0 then
@@ -752,19 +756,19 @@ local function decide(l, rule, cost, now)
   return d, spend
 end
 
-local function ms_up(us)
-  local q, r = divmod(us, MS)
+function R.ms_up(us)
+  local q, r = R.divmod(us, MS)
   return r > 0 and q + 1 or q
 end
 
-local function decision_reply(d)
-  return { d.allowed and 1 or 0, d.remaining, ms_up(d.retry), ms_up(d.reset), d.capacity }
+function R.decision_reply(d)
+  return { d.allowed and 1 or 0, d.remaining, R.ms_up(d.retry), R.ms_up(d.reset), d.capacity }
 end
 
 ---------------------------------------------------------------------------------------------
 -- Reservations: r:<id> = "expires estimate remaining reset_us [delta settled]".
 
-local function get_reservation(key, id, now)
+function R.get_reservation(key, id, now)
   local v = redis.call('HGET', key, 'r:' .. id)
   if not v then
     return nil
@@ -780,16 +784,16 @@ local function get_reservation(key, id, now)
     settled = f[6] }
 end
 
-local function put_reservation(key, id, r)
-  local v = int(r.expires) .. ' ' .. int(r.estimate) .. ' ' .. int(r.remaining) .. ' ' .. int(r.reset)
+function R.put_reservation(key, id, r)
+  local v = R.int(r.expires) .. ' ' .. R.int(r.estimate) .. ' ' .. R.int(r.remaining) .. ' ' .. R.int(r.reset)
   if r.delta then
-    v = v .. ' ' .. int(r.delta) .. ' ' .. int(r.settled)
+    v = v .. ' ' .. R.int(r.delta) .. ' ' .. R.int(r.settled)
   end
   redis.call('HSET', key, 'r:' .. id, v)
 end
 
 -- Drops the forgotten reservations; returns how many are left.
-local function prune_reservations(key, now)
+function R.prune_reservations(key, now)
   local all = redis.call('HGETALL', key)
   local left = 0
   for i = 1, #all, 2 do
@@ -806,7 +810,7 @@ local function prune_reservations(key, now)
   return left
 end
 
-local function live_reservations(key, now)
+function R.live_reservations(key, now)
   local all = redis.call('HGETALL', key)
   local live = 0
   for i = 1, #all, 2 do
@@ -820,201 +824,201 @@ end
 ---------------------------------------------------------------------------------------------
 -- Commands.
 
-local function check_key(arg, index)
+function R.check_key(arg, index)
   if arg ~= KEYS[index] then
-    fail('ERR key argument ' .. int(index) .. ' is not KEYS[' .. int(index)
+    R.fail('ERR key argument ' .. R.int(index) .. ' is not KEYS[' .. R.int(index)
       .. ']: send every key of the command in KEYS, in order')
   end
 end
 
 local commands = {}
 
-local function parse_admit(args)
+function R.parse_admit(args)
   if #args < 3 then
-    arity('RL.ADMIT')
+    R.arity('RL.ADMIT')
   end
   local opts = {}
   local dry, id, keep = false, nil, nil
   local i = 4
   while i <= #args do
     local token = args[i]
-    local taken = take_rule_option(opts, args, i)
+    local taken = R.take_rule_option(opts, args, i)
     if taken > 0 then
       i = i + taken
-    elseif is(token, 'RESERVE') then
+    elseif R.is(token, 'RESERVE') then
       local v = args[i + 1]
       if v == nil then
-        fail('ERR RESERVE needs a value')
+        R.fail('ERR RESERVE needs a value')
       end
-      parse_id(v, 'RESERVE id')
+      R.parse_id(v, 'RESERVE id')
       if id ~= nil then
-        fail('ERR RESERVE given more than once')
+        R.fail('ERR RESERVE given more than once')
       end
       id = v
       i = i + 2
-    elseif is(token, 'KEEP') then
+    elseif R.is(token, 'KEEP') then
       local v = args[i + 1]
       if v == nil then
-        fail('ERR KEEP needs a value')
+        R.fail('ERR KEEP needs a value')
       end
-      local k = parse_duration(v, 'KEEP', MAX_KEEP_US, '7d')
+      local k = R.parse_duration(v, 'KEEP', MAX_KEEP_US, '7d')
       if keep ~= nil then
-        fail('ERR KEEP given more than once')
+        R.fail('ERR KEEP given more than once')
       end
       keep = k
       i = i + 2
-    elseif is(token, 'DRYRUN') then
+    elseif R.is(token, 'DRYRUN') then
       if dry then
-        fail('ERR DRYRUN given more than once')
+        R.fail('ERR DRYRUN given more than once')
       end
       dry = true
       i = i + 1
     else
-      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+      R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
     end
   end
-  local rule, cost = build_rule(opts, args[2], args[3])
+  local rule, cost = R.build_rule(opts, args[2], args[3])
   if keep ~= nil and id == nil then
-    fail('ERR RESERVE (for KEEP) is required')
+    R.fail('ERR RESERVE (for KEEP) is required')
   end
   if id ~= nil and FAMILY[rule.algo] ~= 'rate' then
-    fail('ERR reservations are only for ALGO gcra and bucket keys')
+    R.fail('ERR reservations are only for ALGO gcra and bucket keys')
   end
   return rule, cost, dry, id, keep or DEFAULT_KEEP_US
 end
 
 commands['RL.ADMIT'] = function(args)
-  local rule, cost, dry, id, keep = parse_admit(args)
+  local rule, cost, dry, id, keep = R.parse_admit(args)
   local key = args[1]
-  check_key(key, 1)
-  local l = load(key) or fresh(rule)
-  local now = now_us()
+  R.check_key(key, 1)
+  local l = R.load(key) or R.fresh(rule)
+  local now = R.now_us()
   if id == nil then
-    local d, spend = decide(l, rule, cost, now)
+    local d, spend = R.decide(l, rule, cost, now)
     if d.allowed and not dry then
       spend()
-      save(key, l)
+      R.save(key, l)
     end
-    return decision_reply(d)
+    return R.decision_reply(d)
   end
   if FAMILY[l.algo] ~= 'rate' then
-    fail('ERR reservations are only for ALGO gcra and bucket keys')
+    R.fail('ERR reservations are only for ALGO gcra and bucket keys')
   end
-  local r = (not l.fresh) and get_reservation(key, id, now)
+  local r = (not l.fresh) and R.get_reservation(key, id, now)
   if r then
     local cap = l.rule.burst
-    return { 1, math.min(r.remaining, cap), 0, ms_up(r.reset), cap }
+    return { 1, math.min(r.remaining, cap), 0, R.ms_up(r.reset), cap }
   end
-  if not l.fresh and live_reservations(key, now) >= MAX_RESERVATIONS then
-    fail('ERR the key keeps 10000 reservations already: settle them or let them expire')
+  if not l.fresh and R.live_reservations(key, now) >= MAX_RESERVATIONS then
+    R.fail('ERR the key keeps 10000 reservations already: settle them or let them expire')
   end
-  local d, spend = decide(l, rule, cost, now)
+  local d, spend = R.decide(l, rule, cost, now)
   if d.allowed and not dry then
     spend()
     if not l.fresh then
-      prune_reservations(key, now)
+      R.prune_reservations(key, now)
     end
     local expires = now + keep
-    put_reservation(key, id, { expires = expires, estimate = cost, remaining = d.remaining,
+    R.put_reservation(key, id, { expires = expires, estimate = cost, remaining = d.remaining,
       reset = d.reset })
     l.ru = math.max(l.ru, expires)
-    redis.call('HSET', key, 'ru', int(l.ru))
-    save(key, l)
+    redis.call('HSET', key, 'ru', R.int(l.ru))
+    R.save(key, l)
   end
-  return decision_reply(d)
+  return R.decision_reply(d)
 end
 
-local function parse_grant(args)
+function R.parse_grant(args)
   if #args < 5 then
-    arity('RL.GRANT')
+    R.arity('RL.GRANT')
   end
   local opts = {}
   local want, ttl
   local i = 4
   while i <= #args do
     local token = args[i]
-    local taken = take_rule_option(opts, args, i)
+    local taken = R.take_rule_option(opts, args, i)
     if taken > 0 then
       i = i + taken
     else
       local v = args[i + 1]
-      if is(token, 'WANT') then
+      if R.is(token, 'WANT') then
         if v == nil then
-          fail('ERR WANT needs a value')
+          R.fail('ERR WANT needs a value')
         end
-        local n = parse_count(v, 'WANT', 1, MAX_COUNT)
+        local n = R.parse_count(v, 'WANT', 1, MAX_COUNT)
         if want ~= nil then
-          fail('ERR WANT given more than once')
+          R.fail('ERR WANT given more than once')
         end
         want = n
-      elseif is(token, 'TTL') then
+      elseif R.is(token, 'TTL') then
         if v == nil then
-          fail('ERR TTL needs a value')
+          R.fail('ERR TTL needs a value')
         end
-        local n = parse_duration(v, 'TTL', MAX_TTL_US, '1d')
+        local n = R.parse_duration(v, 'TTL', MAX_TTL_US, '1d')
         if ttl ~= nil then
-          fail('ERR TTL given more than once')
+          R.fail('ERR TTL given more than once')
         end
         ttl = n
       else
-        fail('ERR syntax error near \'' .. printable(token) .. '\'')
+        R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
       end
       i = i + 2
     end
   end
   if opts.cost ~= nil then
-    fail('ERR syntax error near \'COST\'')
+    R.fail('ERR syntax error near \'COST\'')
   end
   if want == nil then
-    fail('ERR WANT is required')
+    R.fail('ERR WANT is required')
   end
-  local rule = build_rule(opts, args[2], args[3])
+  local rule = R.build_rule(opts, args[2], args[3])
   return rule, want, ttl or S
 end
 
 commands['RL.GRANT'] = function(args)
-  local rule, want, ttl = parse_grant(args)
+  local rule, want, ttl = R.parse_grant(args)
   local key = args[1]
-  check_key(key, 1)
-  local l = load(key) or fresh(rule)
-  local now = now_us()
-  local available = decide(l, rule, 0, now).remaining
+  R.check_key(key, 1)
+  local l = R.load(key) or R.fresh(rule)
+  local now = R.now_us()
+  local available = R.decide(l, rule, 0, now).remaining
   local granted = math.min(available, want)
   local remaining, retry = available, 0
   if granted > 0 then
-    local d, spend = decide(l, rule, granted, now)
+    local d, spend = R.decide(l, rule, granted, now)
     remaining = d.remaining
     spend()
-    save(key, l)
+    R.save(key, l)
   else
-    retry = decide(l, rule, 1, now).retry
+    retry = R.decide(l, rule, 1, now).retry
   end
   local valid = ttl
   if rule.algo == 'window' then
-    local at = math.max(now, time_floor(l))
-    local to_end = window_start(at, rule.period) + rule.period - now
+    local at = math.max(now, R.time_floor(l))
+    local to_end = R.window_start(at, rule.period) + rule.period - now
     if to_end < 0 then
       to_end = 0
     end
     valid = math.min(ttl, to_end)
   end
-  return { granted, remaining, floor(valid / MS), ms_up(retry) }
+  return { granted, remaining, floor(valid / MS), R.ms_up(retry) }
 end
 
 commands['RL.SETTLE'] = function(args)
   if #args ~= 3 then
-    arity('RL.SETTLE')
+    R.arity('RL.SETTLE')
   end
   local key = args[1]
-  local id = parse_id(args[2], 'id')
-  local actual = parse_count(args[3], 'actual', 0, MAX_COUNT)
-  check_key(key, 1)
-  local l = load(key)
+  local id = R.parse_id(args[2], 'id')
+  local actual = R.parse_count(args[3], 'actual', 0, MAX_COUNT)
+  R.check_key(key, 1)
+  local l = R.load(key)
   if l == nil or FAMILY[l.algo] ~= 'rate' then
     return false
   end
-  local now = now_us()
-  local r = get_reservation(key, id, now)
+  local now = R.now_us()
+  local r = R.get_reservation(key, id, now)
   if r == nil then
     return false
   end
@@ -1023,8 +1027,8 @@ commands['RL.SETTLE'] = function(args)
   end
   local delta = actual - r.estimate
   local rule = l.rule
-  local at = math.max(now, time_floor(l))
-  local w, t = level_at(l, at)
+  local at = math.max(now, R.time_floor(l))
+  local w, t = R.level_at(l, at)
   -- level - delta tokens, clamped to [-capacity, capacity].
   local aw, at_ = w - delta, t
   local clamped = false
@@ -1036,22 +1040,22 @@ commands['RL.SETTLE'] = function(args)
   local applied = delta
   if clamped then
     -- (level - after) / token, rounded toward zero.
-    local dw, dt = lnorm(w - aw, t - at_, rule.period)
+    local dw, dt = R.lnorm(w - aw, t - at_, rule.period)
     applied = (dw < 0 and dt > 0) and dw + 1 or dw
   end
-  set_level(l, l.algo, rule, aw, at_, at)
+  R.set_level(l, l.algo, rule, aw, at_, at)
   local s = { delta = applied, remaining = aw > 0 and aw or 0 }
-  prune_reservations(key, now)
+  R.prune_reservations(key, now)
   r.delta, r.settled = s.delta, s.remaining
-  put_reservation(key, id, r)
-  save(key, l)
+  R.put_reservation(key, id, r)
+  R.save(key, l)
   return { s.delta, s.remaining }
 end
 
 ---------------------------------------------------------------------------------------------
 -- Semaphores: h:<holder> = lease expiry (us); x = holders handed out (for generated ids).
 
-local function leases(key)
+function R.leases(key)
   local all = redis.call('HGETALL', key)
   local out = {}
   for i = 1, #all, 2 do
@@ -1062,22 +1066,22 @@ local function leases(key)
   return out
 end
 
-local function load_semaphore(key, rule)
-  local l = load(key)
+function R.load_semaphore(key, rule)
+  local l = R.load(key)
   if l == nil then
     if rule == nil then
       return nil
     end
-    l = fresh(rule)
+    l = R.fresh(rule)
   elseif l.algo ~= 'semaphore' then
-    mismatch(l.algo, 'semaphore')
+    R.mismatch(l.algo, 'semaphore')
   end
-  l.leases = l.fresh and {} or leases(key)
+  l.leases = l.fresh and {} or R.leases(key)
   return l
 end
 
 -- Drops the expired leases and writes the key, or deletes it when no lease is left.
-local function save_semaphore(key, l, now)
+function R.save_semaphore(key, l, now)
   local latest = 0
   for _, lease in ipairs(l.leases) do
     if lease[2] <= now then
@@ -1091,35 +1095,35 @@ local function save_semaphore(key, l, now)
     return
   end
   l.until_us = latest
-  save(key, l)
+  R.save(key, l)
 end
 
-local function parse_lease(s)
-  return parse_duration(s, 'lease', MAX_PERIOD_US, '3650d')
+function R.parse_lease(s)
+  return R.parse_duration(s, 'lease', MAX_PERIOD_US, '3650d')
 end
 
 commands['RL.ACQUIRE'] = function(args)
   if #args < 3 then
-    arity('RL.ACQUIRE')
+    R.arity('RL.ACQUIRE')
   end
   local key = args[1]
-  local capacity = parse_count(args[2], 'capacity', 1, MAX_SEMAPHORE)
-  local lease = parse_lease(args[3])
+  local capacity = R.parse_count(args[2], 'capacity', 1, MAX_SEMAPHORE)
+  local lease = R.parse_lease(args[3])
   local holder
   if #args > 3 then
     local token = args[4]
-    if #args == 5 and is(token, 'ID') then
-      holder = parse_id(args[5], 'holder')
-    elseif #args == 4 and is(token, 'ID') then
-      fail('ERR ID needs a value')
+    if #args == 5 and R.is(token, 'ID') then
+      holder = R.parse_id(args[5], 'holder')
+    elseif #args == 4 and R.is(token, 'ID') then
+      R.fail('ERR ID needs a value')
     else
-      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+      R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
     end
   end
-  check_key(key, 1)
+  R.check_key(key, 1)
   local rule = { algo = 'semaphore', limit = capacity, period = lease, burst = capacity }
-  local l = load_semaphore(key, rule)
-  local now = now_us()
+  local l = R.load_semaphore(key, rule)
+  local now = R.now_us()
   local live, earliest, held = 0, nil, nil
   for i, ls in ipairs(l.leases) do
     if ls[2] > now then
@@ -1133,13 +1137,13 @@ commands['RL.ACQUIRE'] = function(args)
     end
   end
   if not held and live >= capacity then
-    return { 0, holder or false, live, ms_up(earliest and earliest - now or 0) }
+    return { 0, holder or false, live, R.ms_up(earliest and earliest - now or 0) }
   end
   if holder == nil then
     holder = format('%x-%x', now, l.seq)
   end
   local expiry = now + lease
-  redis.call('HSET', key, 'h:' .. holder, int(expiry))
+  redis.call('HSET', key, 'h:' .. holder, R.int(expiry))
   if held then
     l.leases[held][2] = expiry
   else
@@ -1148,17 +1152,17 @@ commands['RL.ACQUIRE'] = function(args)
     live = live + 1
   end
   l.rule = rule
-  save_semaphore(key, l, now)
+  R.save_semaphore(key, l, now)
   return { 1, holder, live, 0 }
 end
 
 -- RL.RELEASE (lease nil) and RL.RENEW: 1 when the holder held a live lease.
-local function change_lease(key, holder, lease)
-  local l = load_semaphore(key, nil)
+function R.change_lease(key, holder, lease)
+  local l = R.load_semaphore(key, nil)
   if l == nil then
     return 0
   end
-  local now = now_us()
+  local now = R.now_us()
   local held
   for i, ls in ipairs(l.leases) do
     if ls[1] == holder and ls[2] > now then
@@ -1173,29 +1177,29 @@ local function change_lease(key, holder, lease)
     table.remove(l.leases, held)
   else
     l.leases[held][2] = now + lease
-    redis.call('HSET', key, 'h:' .. holder, int(now + lease))
+    redis.call('HSET', key, 'h:' .. holder, R.int(now + lease))
   end
-  save_semaphore(key, l, now)
+  R.save_semaphore(key, l, now)
   return 1
 end
 
 commands['RL.RELEASE'] = function(args)
   if #args ~= 2 then
-    arity('RL.RELEASE')
+    R.arity('RL.RELEASE')
   end
-  local holder = parse_id(args[2], 'holder')
-  check_key(args[1], 1)
-  return change_lease(args[1], holder, nil)
+  local holder = R.parse_id(args[2], 'holder')
+  R.check_key(args[1], 1)
+  return R.change_lease(args[1], holder, nil)
 end
 
 commands['RL.RENEW'] = function(args)
   if #args ~= 3 then
-    arity('RL.RENEW')
+    R.arity('RL.RENEW')
   end
-  local holder = parse_id(args[2], 'holder')
-  local lease = parse_lease(args[3])
-  check_key(args[1], 1)
-  return change_lease(args[1], holder, lease)
+  local holder = R.parse_id(args[2], 'holder')
+  local lease = R.parse_lease(args[3])
+  R.check_key(args[1], 1)
+  return R.change_lease(args[1], holder, lease)
 end
 
 ---------------------------------------------------------------------------------------------
@@ -1203,11 +1207,11 @@ end
 
 commands['RL.MULTI'] = function(args)
   if #args < 6 then
-    arity('RL.MULTI')
+    R.arity('RL.MULTI')
   end
-  local n = parse_count(args[1], 'numkeys', 1, 32)
+  local n = R.parse_count(args[1], 'numkeys', 1, 32)
   if #args < 1 + n then
-    arity('RL.MULTI')
+    R.arity('RL.MULTI')
   end
   local keys = {}
   for i = 1, n do
@@ -1216,7 +1220,7 @@ commands['RL.MULTI'] = function(args)
   for i = 1, n do
     for j = i + 1, n do
       if keys[i] == keys[j] then
-        fail('ERR key \'' .. printable(keys[i]) .. '\' given more than once')
+        R.fail('ERR key \'' .. R.printable(keys[i]) .. '\' given more than once')
       end
     end
   end
@@ -1224,52 +1228,52 @@ commands['RL.MULTI'] = function(args)
   local i = n + 2
   while i <= #args do
     local token = args[i]
-    if is(token, 'DRYRUN') then
+    if R.is(token, 'DRYRUN') then
       if dry then
-        fail('ERR DRYRUN given more than once')
+        R.fail('ERR DRYRUN given more than once')
       end
       dry = true
       i = i + 1
-    elseif not is(token, 'RULE') then
-      fail('ERR syntax error near \'' .. printable(token) .. '\'')
+    elseif not R.is(token, 'RULE') then
+      R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
     else
       local rname, limit, period = args[i + 1], args[i + 2], args[i + 3]
       if period == nil then
-        fail('ERR RULE needs a name, a limit and a period')
+        R.fail('ERR RULE needs a name, a limit and a period')
       end
       i = i + 4
       local opts = {}
       while i <= #args do
-        local taken = take_rule_option(opts, args, i)
+        local taken = R.take_rule_option(opts, args, i)
         if taken == 0 then
           break
         end
         i = i + taken
       end
-      local rule, cost = build_rule(opts, limit, period)
+      local rule, cost = R.build_rule(opts, limit, period)
       rules[#rules + 1] = { name = rname, rule = rule, cost = cost }
     end
   end
   if #rules ~= n then
-    fail('ERR numkeys is ' .. int(n) .. ' but ' .. int(#rules) .. ' RULE clauses were given')
+    R.fail('ERR numkeys is ' .. R.int(n) .. ' but ' .. R.int(#rules) .. ' RULE clauses were given')
   end
   for k = 1, n do
-    check_key(keys[k], k)
+    R.check_key(keys[k], k)
   end
-  local now = now_us()
+  local now = R.now_us()
   local limiters = {}
   for k = 1, n do
-    limiters[k] = load(keys[k]) or fresh(rules[k].rule)
+    limiters[k] = R.load(keys[k]) or R.fresh(rules[k].rule)
   end
   local decisions, spends, allowed = {}, {}, true
   for k = 1, n do
-    decisions[k], spends[k] = decide(limiters[k], rules[k].rule, rules[k].cost, now)
+    decisions[k], spends[k] = R.decide(limiters[k], rules[k].rule, rules[k].cost, now)
     allowed = allowed and decisions[k].allowed
   end
   if allowed and not dry then
     for k = 1, n do
       spends[k]()
-      save(keys[k], limiters[k])
+      R.save(keys[k], limiters[k])
     end
   end
   local denied_by, retry, records = false, 0, {}
@@ -1277,9 +1281,9 @@ commands['RL.MULTI'] = function(args)
     local d = decisions[k]
     if not d.allowed then
       denied_by = denied_by or rules[k].name
-      retry = math.max(retry, ms_up(d.retry))
+      retry = math.max(retry, R.ms_up(d.retry))
     end
-    records[k] = { rules[k].name, d.remaining, ms_up(d.reset) }
+    records[k] = { rules[k].name, d.remaining, R.ms_up(d.reset) }
   end
   return { allowed and 1 or 0, denied_by, retry, records }
 end
@@ -1289,15 +1293,15 @@ end
 
 commands['RL.INFO'] = function(args)
   if #args ~= 1 then
-    arity('RL.INFO')
+    R.arity('RL.INFO')
   end
   local key = args[1]
-  check_key(key, 1)
-  local l = load(key)
+  R.check_key(key, 1)
+  local l = R.load(key)
   if l == nil then
     return false
   end
-  local now = now_us()
+  local now = R.now_us()
   local rule, a = l.rule, l.algo
   local all = redis.call('HGETALL', key)
   local stored, live, leases_live, next_expiry = false, 0, 0, nil
@@ -1329,17 +1333,17 @@ commands['RL.INFO'] = function(args)
     remaining = math.max(rule.limit - leases_live, 0)
     reset = math.max(latest - now, 0)
   else
-    local d = decide(l, rule, 0, now)
+    local d = R.decide(l, rule, 0, now)
     remaining, reset = d.remaining, d.reset
   end
   local out = { 'algo', a, 'limit', rule.limit, 'period_ms', floor(rule.period / MS),
-    'capacity', rule.burst, 'remaining', remaining, 'reset_after_ms', ms_up(reset) }
+    'capacity', rule.burst, 'remaining', remaining, 'reset_after_ms', R.ms_up(reset) }
   local function add(name, v)
     out[#out + 1] = name
     out[#out + 1] = v
   end
   if a == 'gcra' then
-    add('tat_us', gcra_full_at(l.tq, l.tf))
+    add('tat_us', R.gcra_full_at(l.tq, l.tf))
   elseif a == 'bucket' then
     add('tokens', l.w)
     add('updated_us', l.u)
@@ -1348,7 +1352,7 @@ commands['RL.INFO'] = function(args)
     add('count', l.count)
   elseif a == 'sliding' then
     local at = math.max(now, l.start)
-    local s = window_start(at, rule.period)
+    local s = R.window_start(at, rule.period)
     local prev, cur = 0, 0
     if l.start == s then
       prev, cur = l.prev, l.cur
@@ -1371,13 +1375,13 @@ commands['RL.INFO'] = function(args)
     add('logged_units', units)
   else
     add('in_flight', leases_live)
-    add('next_expiry_ms', next_expiry and ms_up(next_expiry - now) or 0)
+    add('next_expiry_ms', next_expiry and R.ms_up(next_expiry - now) or 0)
   end
   if stored then
     add('reservations', live)
   end
   if FAMILY[a] == 'rate' then
-    local w = level_at(l, math.max(now, time_floor(l)))
+    local w = R.level_at(l, math.max(now, R.time_floor(l)))
     add('debt', w < 0 and -w or 0)
   end
   add('ttl_ms', redis.call('PTTL', key))
@@ -1394,7 +1398,7 @@ for i = 2, #ARGV do
 end
 local command = name and commands[name:upper()]
 if command == nil then
-  return redis.error_reply('ERR unknown command \'' .. printable(name or '') .. '\' for rl.lua')
+  return redis.error_reply('ERR unknown command \'' .. R.printable(name or '') .. '\' for rl.lua')
 end
 local ok, result = pcall(command, args)
 if ok then

@@ -76,7 +76,8 @@ export class Server {
       live.add(server);
       const deadline = Date.now() + 10_000;
       while (Date.now() < deadline && child.exitCode === null) {
-        if (await ping(port)) return server;
+        // A PONG from a server that won the port race is not ours: ours must still be running.
+        if ((await ping(port)) && child.exitCode === null && child.signalCode === null) return server;
         await sleep(20);
       }
       await server.stop();

@@ -880,6 +880,7 @@ var RateLimiterRL = class {
     const k = this.getKey(key2);
     const blockedMs = this.blockedFor(k);
     if (blockedMs > 0) throw new RateLimiterRes(0, blockedMs, this.points + points);
+    if (points > this.points) throw new RateLimiterRes(0, Math.round(this.duration * 1e3), points);
     const id = (0, import_node_crypto3.randomBytes)(12).toString("hex");
     let d;
     try {

@@ -77,6 +77,9 @@ export class RateLimiterRL {
     const k = this.getKey(key);
     const blockedMs = this.blockedFor(k);
     if (blockedMs > 0) throw new RateLimiterRes(0, blockedMs, this.points + points);
+    // More than the key can ever admit: refused as rate-limiter-flexible refuses it, without the
+    // call the module would refuse as an error.
+    if (points > this.points) throw new RateLimiterRes(0, Math.round(this.duration * 1000), points);
     const id = randomBytes(12).toString('hex');
     let d;
     try {

@@ -37,6 +37,9 @@ describe('RateLimiterRL', () => {
     assert.ok(refusal.msBeforeNext > 11_000 && refusal.msBeforeNext <= 12_000, String(refusal.msBeforeNext));
     // The same fields, in the same JSON, as rate-limiter-flexible's own result.
     assert.deepEqual(Object.keys(refusal.toJSON()), Object.keys(new FlexibleRes().toJSON()));
+    const tooMany = await limiter.consume('user2', 6).then(() => null, (r) => r);
+    assert.ok(tooMany instanceof RateLimiterRes, String(tooMany));
+    assert.equal((await limiter.consume('user2', 5)).remainingPoints, 0);
   });
 
   test('the documented express middleware answers 429 with Retry-After', async () => {

@@ -293,10 +293,6 @@ function R.lnorm(w, t, p)
   return w, t
 end
 
-function R.lless(w1, t1, w2, t2)
-  return w1 < w2 or (w1 == w2 and t1 < t2)
-end
-
 -- Microseconds for the rate to produce w tokens and t ticks (rounded up; 0 when not positive).
 function R.ticks_to_us(rule, w, t)
   if w < 0 or (w == 0 and t == 0) then

@@ -1,13 +1,16 @@
 //! The async client: one method per command, over any of the `redis` crate's async connections.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
 
 use crate::command::{self, Acquire, Admit, Grant, Multi};
+use crate::metrics::Metrics;
+use crate::mode::{self, Mode, ModeCell};
 use crate::reply::{self, Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, Settlement};
 
 /// A connection `Rl` can send on. Single-key commands go through `ConnectionLike` (a cluster
@@ -36,24 +39,103 @@ impl RlConnection for ClusterConnection {
 }
 
 /// The redis-rl client. Cloning is cheap when the connection's is (all three of the crate's
-/// async connections share one socket or pool among their clones).
+/// async connections share one socket or pool among their clones); clones share the mode.
 #[derive(Clone)]
 pub struct Rl<C> {
     conn: C,
+    mode: Arc<ModeCell>,
 }
 
 impl<C: RlConnection> Rl<C> {
+    /// The mode (module or script) is detected by the first call, and again whenever the
+    /// server's answers say it changed (a restart or a failover onto another server).
     pub fn new(conn: C) -> Rl<C> {
-        Rl { conn }
+        Rl {
+            conn,
+            mode: Arc::default(),
+        }
     }
 
     pub fn connection(&self) -> &C {
         &self.conn
     }
 
-    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+    /// The mode in force; `None` before the first call has detected it.
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode.get()
+    }
+
+    /// Asks the server whether it has the module (`COMMAND INFO RL.ADMIT`), and records it.
+    pub async fn detect_mode(&self) -> Result<Mode, Error> {
+        self.detect(None).await
+    }
+
+    /// Reports the mode in force and its every change to `metrics` (`rl_gateway_store_mode`).
+    pub fn report_mode_to(&self, metrics: &Arc<Metrics>) {
+        self.mode.observe(metrics);
+    }
+
+    async fn detect(&self, slot: Option<u16>) -> Result<Mode, Error> {
+        let probe = mode::probe();
+        let reply = self.raw(&probe, slot).await?;
+        let mode = mode::mode_of_probe(&reply)?;
+        self.mode.set(mode);
+        Ok(mode)
+    }
+
+    /// A server's error is always `Err` here: a multiplexed connection hands it back as a
+    /// value, and a script call needs to see `NOSCRIPT` and `unknown command` whatever the
+    /// connection.
+    async fn raw(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, RedisError> {
         let mut conn = self.conn.clone();
-        Ok(conn.req_packed_command(cmd).await?)
+        let reply = match slot {
+            Some(slot) => conn.send_to_slot(cmd, slot).await,
+            None => conn.req_packed_command(cmd).await,
+        };
+        match reply {
+            Ok(Value::ServerError(e)) => Err(e.into()),
+            other => other,
+        }
+    }
+
+    /// Sends the native command `cmd` in the mode in force. `slot` is where it goes when its
+    /// argument 1 is no key (`RL.MULTI`); a script call's first key routes it anyway.
+    async fn call_at(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {
+        let mode = match self.mode.get() {
+            Some(mode) => mode,
+            None => self.detect(slot).await?,
+        };
+        match mode {
+            Mode::Module => match self.raw(cmd, slot).await {
+                // A failover or a restart onto a server without the module.
+                Err(e) if is_unknown_command(&e) => match self.detect(slot).await? {
+                    Mode::Script => self.script(cmd, slot).await,
+                    Mode::Module => Err(e.into()),
+                },
+                other => Ok(other?),
+            },
+            Mode::Script => self.script(cmd, slot).await,
+        }
+    }
+
+    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
+        self.call_at(cmd, None).await
+    }
+
+    async fn script(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {
+        let call = mode::script_call(cmd)?;
+        match self.raw(&call, slot).await {
+            // The script cache is empty after a restart or a failover, and the server may have
+            // the module by now.
+            Err(e) if e.kind() == ErrorKind::NoScriptError => {
+                if self.detect(slot).await? == Mode::Module {
+                    return Ok(self.raw(cmd, slot).await?);
+                }
+                self.raw(&mode::script_load(), slot).await?;
+                Ok(self.raw(&call, slot).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     pub async fn admit(&self, request: &Admit) -> Result<Decision, Error> {
@@ -65,9 +147,7 @@ impl<C: RlConnection> Rl<C> {
     /// works only until the store is sharded is a trap).
     pub async fn multi(&self, request: &Multi) -> Result<MultiDecision, Error> {
         let slot = one_slot(request)?;
-        let cmd = request.to_cmd()?;
-        let mut conn = self.conn.clone();
-        let value = conn.send_to_slot(&cmd, slot).await?;
+        let value = self.call_at(&request.to_cmd()?, Some(slot)).await?;
         reply::multi_decision(&value)
     }
 
@@ -127,6 +207,11 @@ impl<C: RlConnection> Rl<C> {
     pub async fn info(&self, key: &[u8]) -> Result<Option<KeyInfo>, Error> {
         reply::key_info(&self.call(&command::info(key)).await?)
     }
+}
+
+fn is_unknown_command(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::ResponseError
+        && e.detail().is_some_and(|d| d.starts_with("unknown command"))
 }
 
 /// The one slot every key of `request` hashes to (CRC16 with the hash-tag rule).

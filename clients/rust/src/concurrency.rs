@@ -126,6 +126,7 @@ impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
 
     /// Counts decisions (route and rule are both the limit's name) and store calls here.
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> ConcurrencyLimitLayer<C> {
+        self.limit.rl.report_mode_to(&metrics);
         Arc::make_mut(&mut self.limit).metrics = metrics;
         self
     }

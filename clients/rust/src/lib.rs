@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod headers;
 pub mod layer;
 pub mod metrics;
+pub mod mode;
 pub mod policy;
 pub mod posture;
 pub mod problem;
@@ -30,6 +31,7 @@ pub use command::{Acquire, Admit, Grant, Multi, MultiRule};
 pub use concurrency::ConcurrencyLimitLayer;
 pub use gateway::{Caller, Gateway, Verdict};
 pub use layer::RateLimitLayer;
+pub use mode::Mode;
 pub use reply::{
     Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
 };

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::mode::Mode;
 use crate::policy::Policy;
 use crate::posture::BreakerState;
 
@@ -87,6 +88,8 @@ pub enum Event<'a> {
         route: &'a str,
         mode: &'static str,
     },
+    /// The store's implementation of the commands (module or script), when detected.
+    StoreMode(Mode),
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -120,6 +123,7 @@ pub struct Metrics {
     tables: Mutex<Tables>,
     breaker: Mutex<BreakerState>,
     policy_version: AtomicU64,
+    store_mode: Mutex<Option<Mode>>,
     hook: Option<Arc<dyn MetricsHook>>,
 }
 
@@ -135,6 +139,7 @@ impl Metrics {
             tables: Mutex::default(),
             breaker: Mutex::new(BreakerState::Closed),
             policy_version: AtomicU64::new(0),
+            store_mode: Mutex::new(None),
             hook,
         }
     }
@@ -180,6 +185,9 @@ impl Metrics {
             Event::PolicyVersion(v) => self.policy_version.store(v, Ordering::Relaxed),
             Event::RouteMode { route, mode } => {
                 self.tables().modes.insert(route.to_string(), mode);
+            }
+            Event::StoreMode(mode) => {
+                *self.store_mode.lock().unwrap_or_else(|p| p.into_inner()) = Some(mode);
             }
         }
         if let Some(hook) = &self.hook {
@@ -297,6 +305,24 @@ impl Metrics {
                 "rl_gateway_route_mode{{route=\"{}\",mode=\"{mode}\"}} 1",
                 escape(route)
             );
+        }
+        header(
+            &mut out,
+            "rl_gateway_store_mode",
+            "gauge",
+            "1 for the store's implementation of the commands (module or script), 0 for the other.",
+        );
+        let store_mode = *self.store_mode.lock().unwrap_or_else(|p| p.into_inner());
+        // Nothing is claimed before the first store call has detected the mode.
+        if let Some(current) = store_mode {
+            for mode in Mode::ALL {
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_store_mode{{mode=\"{}\"}} {}",
+                    mode.name(),
+                    u8::from(mode == current)
+                );
+            }
         }
         out
     }

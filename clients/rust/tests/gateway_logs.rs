@@ -45,8 +45,12 @@ impl Write for Captured {
 
 impl Captured {
     fn lines(&self) -> Vec<String> {
+        // Decision logs only: the client also logs the store's mode once.
         let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines().map(str::to_string).collect()
+        text.lines()
+            .filter(|l| l.contains("redis_rl_client::decision"))
+            .map(str::to_string)
+            .collect()
     }
 }
 

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use redis_rl_client::metrics::{escape, CallResult, Event, Metrics, MetricsHook, Outcome};
 use redis_rl_client::posture::BreakerState;
+use redis_rl_client::Mode;
 
 #[derive(Default)]
 struct Seen(Mutex<Vec<String>>);
@@ -45,6 +46,7 @@ fn renders_exact_prometheus_text() {
         route: "GET /catalog",
         mode: "fallback",
     });
+    m.record(Event::StoreMode(Mode::Script));
 
     let expected = r#"# HELP rl_gateway_decisions_total Rule decisions by route, rule and outcome.
 # TYPE rl_gateway_decisions_total counter
@@ -96,11 +98,15 @@ rl_gateway_policy_version 7
 # HELP rl_gateway_route_mode 1 for each route's posture when the store cannot answer.
 # TYPE rl_gateway_route_mode gauge
 rl_gateway_route_mode{route="GET /catalog",mode="fallback"} 1
+# HELP rl_gateway_store_mode 1 for the store's implementation of the commands (module or script), 0 for the other.
+# TYPE rl_gateway_store_mode gauge
+rl_gateway_store_mode{mode="module"} 0
+rl_gateway_store_mode{mode="script"} 1
 "#;
     assert_eq!(m.render(), expected);
 
     let seen = seen.0.lock().unwrap();
-    assert_eq!(seen.len(), 11, "the hook receives every event");
+    assert_eq!(seen.len(), 12, "the hook receives every event");
     assert_eq!(
         seen[0],
         r#"Decision { route: "GET /catalog", rule: "read", outcome: Admit }"#
@@ -118,6 +124,7 @@ fn an_empty_registry_still_declares_every_family() {
         "rl_gateway_breaker_state gauge",
         "rl_gateway_policy_version gauge",
         "rl_gateway_route_mode gauge",
+        "rl_gateway_store_mode gauge",
     ] {
         assert!(text.contains(&format!("# TYPE {family}\n")), "{family}");
     }
@@ -178,6 +185,7 @@ fn a_loaded_policy_sets_its_version_and_route_modes() {
     let tail = text
         .split("# HELP rl_gateway_policy_version")
         .nth(1)
+        .and_then(|t| t.split("# HELP rl_gateway_store_mode").next())
         .unwrap();
     assert_eq!(
         tail,

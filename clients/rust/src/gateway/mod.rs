@@ -158,6 +158,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
     pub fn new(rl: Rl<C>, policies: PolicyStore, metrics: Arc<Metrics>) -> Gateway<C> {
         let policy = policies.current();
         metrics.policy_loaded(&policy);
+        rl.report_mode_to(&metrics);
         Gateway {
             rl,
             cache: NegativeCache::from_spec(&policy.negative_cache),

@@ -467,6 +467,34 @@ pub fn pttl(c: &mut Connection, key: &[u8]) -> i64 {
     cmd("PTTL").arg(key).query(c).expect("pttl")
 }
 
+/// How many times the server ran `command` (lower case, `rl.multi`): its `commandstats` count.
+/// In script mode every command is one `EVALSHA`, so this counts the script's calls that ran
+/// (those answered `NOSCRIPT` did not), whatever command they stood for: a test relying on it
+/// there sends one kind of command only.
+pub fn command_calls(c: &mut Connection, command: &str) -> i64 {
+    // Redis prints a module command's name as registered (`cmdstat_RL.MULTI`).
+    let mut stat = |section: &str, field: &str, key: &str| -> i64 {
+        let info: String = cmd("INFO").arg(section).query(c).unwrap_or_default();
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| {
+                let l = l.to_ascii_lowercase();
+                let rest = l.strip_prefix(&prefix.to_ascii_lowercase())?.to_string();
+                rest.split(',')
+                    .find_map(|part| part.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    if script_mode() {
+        stat("commandstats", "cmdstat_evalsha", "calls=")
+            - stat("errorstats", "errorstat_noscript", "count=")
+    } else {
+        stat("commandstats", &format!("cmdstat_{command}"), "calls=")
+    }
+}
+
 /// A field of an `INFO` section, as text (`None` when the server does not print it).
 pub fn info_field(c: &mut Connection, section: &str, field: &str) -> Option<String> {
     let info: String = cmd("INFO").arg(section).query(c).ok()?;

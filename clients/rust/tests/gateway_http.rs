@@ -79,19 +79,7 @@ fn multi_calls(server: &Server) -> u64 {
 }
 
 fn calls(server: &Server, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    let info: String = cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix(prefix.as_str())
-                .map(str::to_string)
-        })
-        .and_then(|rest| rest.split(',').next().map(str::to_string))
-        .map_or(0, |n| n.parse().unwrap())
+    u64::try_from(common::command_calls(&mut server.conn(), command)).unwrap()
 }
 
 fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
@@ -536,7 +524,14 @@ async fn grant_rules_spend_a_leased_chunk_locally_and_take_back_refused_tokens()
     for user in ["bob", "bob", "bob", "cyd", "cyd", "cyd", "dan"] {
         assert_eq!(catalog(user).await.unwrap().status(), 200, "{user}");
     }
-    assert_eq!(calls(&server, "rl.grant"), 1);
+    // In script mode every command is one EVALSHA: there the refill counter tells the grants.
+    if !common::script_mode() {
+        assert_eq!(calls(&server, "rl.grant"), 1);
+    }
+    assert!(gateway
+        .metrics()
+        .render()
+        .contains(r#"rl_gateway_grant_refills_total{rule="global"} 1"#));
 
     // The chunk is spent and the store has nothing left: refused by the global rule.
     let spent = catalog("dan").await.unwrap();
@@ -544,7 +539,9 @@ async fn grant_rules_spend_a_leased_chunk_locally_and_take_back_refused_tokens()
     assert!(header(&spent, "retry-after").parse::<u64>().unwrap() >= 1);
     let body: serde_json::Value = serde_json::from_str(&spent.text().await.unwrap()).unwrap();
     assert_eq!(body["violated-policies"], serde_json::json!(["global"]));
-    assert_eq!(calls(&server, "rl.grant"), 2);
+    if !common::script_mode() {
+        assert_eq!(calls(&server, "rl.grant"), 2);
+    }
     let metrics = gateway.metrics().render();
     assert!(
         metrics.contains(r#"rl_gateway_grant_refills_total{rule="global"} 2"#),

@@ -149,6 +149,12 @@ async fn durable_rules_wait_for_a_replica_and_count_admissions_none_acknowledged
     let replica = Server::start();
     replica.replicate_from(&primary);
     wait_for_sync(&primary, &replica);
+    // A replica that has just loaded the primary's snapshot is sent the stream only after its
+    // first acknowledgement, up to a second later: wait for one, on a write of its own.
+    let mut p = primary.conn();
+    let _: () = cmd("SET").arg("warm-up").arg(1).query(&mut p).unwrap();
+    let acked: i64 = cmd("WAIT").arg(1).arg(10_000).query(&mut p).unwrap();
+    assert_eq!(acked, 1, "the replica never acknowledged a write");
     assert_eq!(get("/pay").await.unwrap().status(), 200);
     let metrics = gateway.metrics().render();
     assert!(metrics.contains(&format!("{UNREPLICATED} 1")), "{metrics}");

@@ -650,3 +650,45 @@ fn multi_runs_on_a_cluster_with_hash_tags() {
         error_text(&e)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Replication: the script's writes reach a replica as effects (its TIME is the primary's).
+
+#[test]
+fn a_replica_holds_what_the_script_wrote() {
+    let primary = Server::start_plain(&[]);
+    let replica = Server::start_plain(&[]);
+    replica.replicate_from(&primary);
+    let (mut p, mut r) = (primary.conn(), replica.conn());
+    let sha = load_script(&mut p);
+    let lines = [
+        "RL.ADMIT rep:g 10 1h BURST 20 COST 3",
+        "RL.ADMIT rep:g 10 1h BURST 20 COST 4 RESERVE job",
+        "RL.SETTLE rep:g job 9",
+        "RL.ADMIT rep:s 10 1h ALGO sliding COST 2",
+        "RL.ADMIT rep:l 10 1h ALGO log COST 2",
+        "RL.ACQUIRE rep:m 2 1h ID a",
+        "RL.ACQUIRE rep:m 2 1h ID b",
+        "RL.RELEASE rep:m a",
+        "RL.ACQUIRE rep:gone 1 1h ID x",
+        "RL.RELEASE rep:gone x",
+    ];
+    for line in lines {
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
+        script_call(&mut p, &sha, &args).unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+    common::wait_for_sync(&primary, &replica);
+    for key in ["rep:g", "rep:s", "rep:l", "rep:m", "rep:gone"] {
+        let on = |c: &mut Connection| -> (Value, i64) {
+            let all: Value = cmd("HGETALL").arg(key).query(c).unwrap();
+            let at: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+            (all, at)
+        };
+        assert_eq!(on(&mut p), on(&mut r), "{key}");
+    }
+    let on_replica = script_call(&mut r, &sha, &["RL.INFO".into(), "rep:m".into()]);
+    assert!(
+        matches!(on_replica, Err(ref e) if error_text(e).contains("NOSCRIPT")),
+        "scripts are not replicated, only their effects: {on_replica:?}"
+    );
+}

@@ -1,6 +1,6 @@
 // Real servers for the tests: `$RL_SERVER` (default redis-server) with the module at
 // `$RL_MODULE` (default the workspace's target/release/librl.so), each on its own loopback port
-// and directory, killed when the test file ends. `RL_SCRIPT=1` starts them without the module,
+// and directory, killed when the test file ends. `RL_MODE=script` starts them without the module,
 // so the client runs in script mode.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -14,7 +14,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const REPO = resolve(here, '../../../..');
 export const MODULE = process.env.RL_MODULE ?? join(REPO, 'target/release/librl.so');
 export const SERVER = process.env.RL_SERVER ?? 'redis-server';
-export const SCRIPT_MODE = process.env.RL_SCRIPT === '1';
+export const SCRIPT_MODE = process.env.RL_MODE === 'script';
 export const IS_VALKEY = SERVER.includes('valkey');
 
 const live = new Set();

@@ -10,6 +10,7 @@ import redis_rl
 from redis_rl.client import load_script
 
 import vectors
+from servers import Server
 
 VECTORS = vectors.load()
 
@@ -140,3 +141,33 @@ async def test_async_prepare_loads_the_script_on_a_cluster():
         await rc.aclose()
     finally:
         cluster.close()
+
+
+def test_a_failover_onto_a_server_without_the_module_switches_to_the_script():
+    """A server that loses the module (a failover onto a replica without it, a restart) answers
+    a native command `unknown command`: nothing was spent, so the client detects the mode again
+    and sends the same command through the script."""
+    server = Server(module=True)
+    try:
+        with redis.Redis(port=server.port, retry_on_error=[]) as conn:
+            client = redis_rl.Client(conn)
+            assert client.admit("failover:a", 5, 3600).remaining == 4
+            assert client.mode == redis_rl.MODULE
+            server.kill()
+            server.module = False
+            server.start()
+            # The first call may meet the dead connection; a call then gets the new server.
+            for _ in range(3):
+                try:
+                    d = client.admit("failover:b", 5, 3600)
+                    break
+                except redis_rl.Unavailable:
+                    continue
+            assert (d.allowed, d.remaining) == (True, 4)
+            assert client.mode == redis_rl.SCRIPT
+            # A module refusal is not taken for a change of mode.
+            with pytest.raises(redis_rl.Refused):
+                client.admit("failover:b", 5, 3600, cost=6)
+            assert client.mode == redis_rl.SCRIPT
+    finally:
+        server.close()

@@ -88,6 +88,17 @@ def _is_noscript(exc: BaseException) -> bool:
     return type(exc).__name__ == "NoScriptError" or str(exc).startswith("NOSCRIPT")
 
 
+def _mode_may_have_changed(exc: BaseException, native: bool, fixed: bool) -> bool:
+    """NOSCRIPT (the script cache was emptied: a restart, a failover), or `unknown command` to
+    a native command (a failover onto a server without the module). Neither spent anything,
+    so the mode is detected again and the command sent once more."""
+    if _is_noscript(exc):
+        return True
+    # redis-py strips the ERR code from the text, older versions and valkey-py may not.
+    text = str(exc)
+    return native and not fixed and text.startswith(("unknown command", "ERR unknown command"))
+
+
 class _Base:
     def __init__(self, redis: Any, mode: str = "auto", script: Optional[bytes] = None):
         self.redis = redis
@@ -129,12 +140,15 @@ class Client(_Base):
         try:
             if self._modes.current is None:
                 self._detect(target)
+            wired = self._modes.wire(request, args)
             try:
-                reply = self.redis.execute_command(*self._modes.wire(request, args), **target)
+                reply = self.redis.execute_command(*wired, **target)
             except Exception as exc:
-                if not _is_noscript(exc):
+                if not _mode_may_have_changed(exc, wired is args, self._modes.fixed):
                     raise
                 self._detect(target)
+                if wired is args and self._modes.current != SCRIPT:
+                    raise
                 if self._modes.current == SCRIPT:
                     self.redis.execute_command("SCRIPT", "LOAD", self._modes.script, **target)
                 reply = self.redis.execute_command(*self._modes.wire(request, args), **target)
@@ -217,13 +231,15 @@ class AsyncClient(_Base):
         try:
             if self._modes.current is None:
                 await self._detect(target)
+            wired = self._modes.wire(request, args)
             try:
-                reply = await self.redis.execute_command(*self._modes.wire(request, args),
-                                                         **target)
+                reply = await self.redis.execute_command(*wired, **target)
             except Exception as exc:
-                if not _is_noscript(exc):
+                if not _mode_may_have_changed(exc, wired is args, self._modes.fixed):
                     raise
                 await self._detect(target)
+                if wired is args and self._modes.current != SCRIPT:
+                    raise
                 if self._modes.current == SCRIPT:
                     await self.redis.execute_command("SCRIPT", "LOAD", self._modes.script,
                                                      **target)

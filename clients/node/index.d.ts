@@ -84,18 +84,24 @@ export class RL {
   readonly adapter: Adapter;
   /** The mode in force, null until detected. */
   readonly mode: Mode | null;
-  admit(req: AdmitRequest): Promise<Decision>;
-  multi(req: MultiRequest): Promise<MultiDecision>;
-  grant(req: GrantRequest): Promise<GrantReply>;
-  acquire(req: AcquireRequest): Promise<Lease>;
+  admit(req: AdmitRequest, options?: CallOptions): Promise<Decision>;
+  multi(req: MultiRequest, options?: CallOptions): Promise<MultiDecision>;
+  grant(req: GrantRequest, options?: CallOptions): Promise<GrantReply>;
+  acquire(req: AcquireRequest, options?: CallOptions): Promise<Lease>;
   release(key: Bytes, holder: Bytes): Promise<boolean>;
   renew(key: Bytes, holder: Bytes, lease: Duration): Promise<boolean>;
   settle(key: Bytes, id: Bytes, actual: number): Promise<Settlement | null>;
   info(key: Bytes): Promise<Info | null>;
   throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Promise<Throttle>;
-  execute<T>(cmd: Command<T>, options?: { timeout?: number }): Promise<T>;
+  execute<T>(cmd: Command<T>, options?: CallOptions): Promise<T>;
 }
-export function withDeadline<T>(promise: Promise<T>, ms?: number): Promise<T>;
+/** `timeout`: the call's deadline in ms (the client's by default); `cancel`: a token the caller
+ * sets (`cancelled = true`) when it gives up, after which the call sends nothing more. */
+export interface CallOptions {
+  timeout?: number;
+  cancel?: { cancelled: boolean };
+}
+export function withDeadline<T>(promise: Promise<T>, ms?: number, cancel?: { cancelled: boolean }): Promise<T>;
 
 export function durationArg(value: Duration, what: string): string;
 export function parseDuration(text: string, what?: string): number;

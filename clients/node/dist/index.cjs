@@ -517,17 +517,17 @@ var RL = class {
     this.loggedMode = null;
     if (this.mode) this.announce(this.mode);
   }
-  async admit(req) {
-    return this.execute(admit(req));
+  async admit(req, options) {
+    return this.execute(admit(req), options);
   }
-  async multi(req) {
-    return this.execute(multi(req));
+  async multi(req, options) {
+    return this.execute(multi(req), options);
   }
-  async grant(req) {
-    return this.execute(grant(req));
+  async grant(req, options) {
+    return this.execute(grant(req), options);
   }
-  async acquire(req) {
-    return this.execute(acquire(req));
+  async acquire(req, options) {
+    return this.execute(acquire(req), options);
   }
   async release(key2, holder) {
     return this.execute(release(key2, holder));
@@ -544,20 +544,32 @@ var RL = class {
   async throttle(key2, maxBurst, count2, periodSeconds, quantity) {
     return this.execute(throttle(key2, maxBurst, count2, periodSeconds, quantity));
   }
-  // One command of commands.js: its raw reply parsed, under the client's deadline.
-  async execute(cmd, { timeout = this.timeout } = {}) {
-    return withDeadline(this.run(cmd), timeout);
+  // One command of commands.js: its raw reply parsed, under the client's deadline. `cancel` is
+  // the caller's token (`{ cancelled }`, set when the caller gave up, as the gateway's deadline
+  // does): once it is set, no command is sent again for this call.
+  async execute(cmd, { timeout = this.timeout, cancel = { cancelled: false } } = {}) {
+    return withDeadline(this.run(cmd, cancel), timeout, cancel);
   }
-  async run(cmd) {
+  async run(cmd, cancel) {
     const mode = this.mode ?? await this.detect();
     try {
-      const raw = mode === "script" ? await this.evalsha(cmd) : await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      const raw = mode === "script" ? await this.evalsha(cmd, cancel) : await this.native(cmd, cancel);
       return cmd.parse(raw);
     } catch (err) {
-      if (!this.forcedMode && err instanceof RLError && (err.isUnavailable || /^ERR unknown command/.test(err.message))) {
-        this.mode = null;
-      }
+      if (!this.forcedMode && err instanceof RLError && err.isUnavailable) this.mode = null;
       throw err;
+    }
+  }
+  // `unknown command` to a native command is a server without the module (a failover, a
+  // restart): nothing was spent, so the same command goes through the script once.
+  async native(cmd, cancel) {
+    try {
+      return await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+    } catch (err) {
+      if (this.forcedMode || !(err instanceof RLError) || !/^ERR unknown command/.test(err.message)) throw err;
+      if (await this.detect() !== "script") throw err;
+      live(cancel);
+      return this.evalsha(cmd, cancel);
     }
   }
   // `COMMAND INFO RL.ADMIT` answers a nil entry when the module is absent.
@@ -597,30 +609,39 @@ var RL = class {
   // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN. NOSCRIPT means a server that has not seen the
   // script (a restart, a failover), so the mode is detected again: the new server may have the
   // module; otherwise SCRIPT LOAD and retry once.
-  async evalsha(cmd) {
+  async evalsha(cmd, cancel) {
     const sha = this.script();
     const args = [sha, String(cmd.keys.length), ...cmd.keys, cmd.name, ...cmd.args];
     try {
       return await this.adapter.send("EVALSHA", args, cmd.keys[0]);
     } catch (err) {
       if (!(err instanceof RLError) || !err.message.startsWith("NOSCRIPT")) throw err;
-      if (!this.forcedMode && await this.detect() === "module") return this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      const mode = this.forcedMode ?? await this.detect();
+      live(cancel);
+      if (mode === "module") return this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
       await this.adapter.send("SCRIPT", ["LOAD", this.scriptText], cmd.keys[0]);
+      live(cancel);
       return this.adapter.send("EVALSHA", args, cmd.keys[0]);
     }
   }
 };
+function live(cancel) {
+  if (cancel?.cancelled) throw new RLError("unavailable", "the call missed its deadline");
+}
 var TimeoutError = class extends RLError {
   constructor(ms) {
     super("unavailable", `the store did not answer within ${ms}ms`);
     this.timeout = true;
   }
 };
-function withDeadline(promise, ms) {
+function withDeadline(promise, ms, cancel) {
   if (!ms) return promise;
   let timer;
   const deadline = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+    timer = setTimeout(() => {
+      if (cancel) cancel.cancelled = true;
+      reject(new TimeoutError(ms));
+    }, ms);
   });
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
@@ -1775,7 +1796,7 @@ var Gateway = class {
     const started = import_node_perf_hooks.performance.now();
     let outcome;
     try {
-      outcome = await withDeadline(this.storeCalls(ctx, state), policy.store.timeoutMs);
+      outcome = await withDeadline(this.storeCalls(ctx, state), policy.store.timeoutMs, state);
     } catch (err) {
       state.cancelled = true;
       const seconds = (import_node_perf_hooks.performance.now() - started) / 1e3;
@@ -1813,7 +1834,7 @@ var Gateway = class {
   // The store calls in order: grants from their chunks, semaphores, settle rules, one RL.MULTI,
   // then shadow rules apart. A refusal stops the sequence.
   async storeCalls(ctx, state) {
-    const live = () => {
+    const live2 = () => {
       if (state.cancelled) throw new RLError("unavailable", "the request missed its deadline");
     };
     const record = (rule, outcome) => {
@@ -1826,7 +1847,7 @@ var Gateway = class {
     };
     for (const r of ctx.rules) {
       if (r.rule.semaphore || !r.rule.grant || r.rule.shadow) continue;
-      const got = await this.takeGrant(r, state, live);
+      const got = await this.takeGrant(r, state, live2);
       if (got !== true) {
         if (got.retry_after_ms > 0) this.cache.refused(r.rule.name, r.key, r.rule.cost, got.retry_after_ms, ctx.policy.negativeCache.maxMs);
         return refuse(r, got.retry_after_ms, rateSpec(r.rule), refusedOutcome(got.retry_after_ms));
@@ -1834,11 +1855,11 @@ var Gateway = class {
     }
     for (const r of ctx.rules) {
       if (!r.rule.semaphore) continue;
-      live();
+      live2();
       const holder = hex(8);
       state.holders.push({ r, holder });
       state.calls += 1;
-      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
+      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder }, { cancel: state });
       const outcome = {
         remaining: Math.max(0, r.rule.concurrency - lease.in_flight),
         resetAfterMs: 0,
@@ -1860,9 +1881,9 @@ var Gateway = class {
     const reservationId = headerValue(ctx.req.headers["idempotency-key"]) || hex(16);
     for (const r of ctx.rules) {
       if (!inMulti(r.rule) || !r.rule.settle) continue;
-      live();
+      live2();
       state.calls += 1;
-      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
+      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } }, { cancel: state });
       if (!d.allowed) {
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
         return refuse(r, d.retry_after_ms, rateSpec(r.rule), outcomeOf(d));
@@ -1872,9 +1893,9 @@ var Gateway = class {
     }
     const multi2 = ctx.rules.filter((r) => inMulti(r.rule) && !r.rule.settle);
     if (multi2.length) {
-      live();
+      live2();
       state.calls += 1;
-      const d = await state.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
+      const d = await state.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) }, { cancel: state });
       const at = state.answered.length;
       multi2.forEach((r, i) => {
         const refusing = d.denied_by === r.rule.name;
@@ -1894,9 +1915,9 @@ var Gateway = class {
     }
     for (const r of ctx.rules) {
       if (r.rule.semaphore || !r.rule.shadow) continue;
-      live();
+      live2();
       state.calls += 1;
-      const d = await state.rl.admit(this.rateRequest(r));
+      const d = await state.rl.admit(this.rateRequest(r), { cancel: state });
       if (!d.allowed) record(r.rule, "shadow_refuse");
     }
     return { allowed: true };
@@ -1914,7 +1935,7 @@ var Gateway = class {
   }
   // Takes the rule's cost from its chunk, refilling it (one refill in flight per key): true, or
   // the RL.GRANT reply that granted less than the cost.
-  async takeGrant(r, state, live) {
+  async takeGrant(r, state, live2) {
     const id = `${r.rule.name}\0${r.key}`;
     const cost = r.rule.cost;
     for (; ; ) {
@@ -1928,7 +1949,7 @@ var Gateway = class {
         state.taken.push({ chunk, cost });
         return true;
       }
-      live();
+      live2();
       state.calls += 1;
       chunk = { tokens: 0, expires: 0, refill: null };
       this.chunks.set(id, chunk);

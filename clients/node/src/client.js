@@ -34,10 +34,10 @@ export class RL {
     if (this.mode) this.announce(this.mode);
   }
 
-  async admit(req) { return this.execute(commands.admit(req)); }
-  async multi(req) { return this.execute(commands.multi(req)); }
-  async grant(req) { return this.execute(commands.grant(req)); }
-  async acquire(req) { return this.execute(commands.acquire(req)); }
+  async admit(req, options) { return this.execute(commands.admit(req), options); }
+  async multi(req, options) { return this.execute(commands.multi(req), options); }
+  async grant(req, options) { return this.execute(commands.grant(req), options); }
+  async acquire(req, options) { return this.execute(commands.acquire(req), options); }
   async release(key, holder) { return this.execute(commands.release(key, holder)); }
   async renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
   async settle(key, id, actual) { return this.execute(commands.settle(key, id, actual)); }
@@ -46,23 +46,35 @@ export class RL {
     return this.execute(commands.throttle(key, maxBurst, count, periodSeconds, quantity));
   }
 
-  // One command of commands.js: its raw reply parsed, under the client's deadline.
-  async execute(cmd, { timeout = this.timeout } = {}) {
-    return withDeadline(this.run(cmd), timeout);
+  // One command of commands.js: its raw reply parsed, under the client's deadline. `cancel` is
+  // the caller's token (`{ cancelled }`, set when the caller gave up, as the gateway's deadline
+  // does): once it is set, no command is sent again for this call.
+  async execute(cmd, { timeout = this.timeout, cancel = { cancelled: false } } = {}) {
+    return withDeadline(this.run(cmd, cancel), timeout, cancel);
   }
 
-  async run(cmd) {
+  async run(cmd, cancel) {
     const mode = this.mode ?? (await this.detect());
     try {
-      const raw = mode === 'script' ? await this.evalsha(cmd) : await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      const raw = mode === 'script' ? await this.evalsha(cmd, cancel) : await this.native(cmd, cancel);
       return cmd.parse(raw);
     } catch (err) {
-      // The store went away or changed under us (a reconnect, a failover to a server without
-      // the module): look again on the next call.
-      if (!this.forcedMode && err instanceof RLError && (err.isUnavailable || /^ERR unknown command/.test(err.message))) {
-        this.mode = null;
-      }
+      // The store went away (a reconnect, a failover): look again on the next call.
+      if (!this.forcedMode && err instanceof RLError && err.isUnavailable) this.mode = null;
       throw err;
+    }
+  }
+
+  // `unknown command` to a native command is a server without the module (a failover, a
+  // restart): nothing was spent, so the same command goes through the script once.
+  async native(cmd, cancel) {
+    try {
+      return await this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+    } catch (err) {
+      if (this.forcedMode || !(err instanceof RLError) || !/^ERR unknown command/.test(err.message)) throw err;
+      if ((await this.detect()) !== 'script') throw err;
+      live(cancel);
+      return this.evalsha(cmd, cancel);
     }
   }
 
@@ -109,18 +121,27 @@ export class RL {
   // EVALSHA <sha1> M k1 ... kM NAME arg1 ... argN. NOSCRIPT means a server that has not seen the
   // script (a restart, a failover), so the mode is detected again: the new server may have the
   // module; otherwise SCRIPT LOAD and retry once.
-  async evalsha(cmd) {
+  async evalsha(cmd, cancel) {
     const sha = this.script();
     const args = [sha, String(cmd.keys.length), ...cmd.keys, cmd.name, ...cmd.args];
     try {
       return await this.adapter.send('EVALSHA', args, cmd.keys[0]);
     } catch (err) {
       if (!(err instanceof RLError) || !err.message.startsWith('NOSCRIPT')) throw err;
-      if (!this.forcedMode && (await this.detect()) === 'module') return this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
+      const mode = this.forcedMode ?? (await this.detect());
+      live(cancel);
+      if (mode === 'module') return this.adapter.send(cmd.name, cmd.args, cmd.keys[0]);
       await this.adapter.send('SCRIPT', ['LOAD', this.scriptText], cmd.keys[0]);
+      live(cancel);
       return this.adapter.send('EVALSHA', args, cmd.keys[0]);
     }
   }
+}
+
+// A call whose caller gave up sends nothing more: a late RL.ACQUIRE would hold a slot its
+// caller already released, a late RL.ADMIT spend for a request answered by its posture.
+function live(cancel) {
+  if (cancel?.cancelled) throw new RLError('unavailable', 'the call missed its deadline');
 }
 
 export class TimeoutError extends RLError {
@@ -130,11 +151,14 @@ export class TimeoutError extends RLError {
   }
 }
 
-export function withDeadline(promise, ms) {
+export function withDeadline(promise, ms, cancel) {
   if (!ms) return promise;
   let timer;
   const deadline = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+    timer = setTimeout(() => {
+      if (cancel) cancel.cancelled = true;
+      reject(new TimeoutError(ms));
+    }, ms);
   });
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }

@@ -2,7 +2,7 @@
 // logged once per change and exposed as a gauge; NOSCRIPT loads the shipped script again.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Gateway, RL } from '../src/index.js';
+import { Gateway, RL, commands } from '../src/index.js';
 import { MODULE, Server } from './support/server.js';
 
 let plain;
@@ -72,6 +72,61 @@ describe('store mode', () => {
     } finally {
       io.disconnect();
       await server.stop();
+    }
+  });
+
+  test('a server that lost the module answers unknown command, and the same call goes through the script', async () => {
+    const server = await Server.start([], { module: true });
+    const io = await server.ioredis();
+    const rl = new RL(io, { logger: recorder() });
+    try {
+      assert.equal((await rl.admit({ key: 'm:a', limit: 5, period: 3_600_000 })).remaining, 4);
+      assert.equal(rl.mode, 'module');
+      const at = server.args.indexOf('--loadmodule');
+      server.args.splice(at, 2);
+      const ready = new Promise((r) => io.once('ready', r));
+      await server.restart();
+      await ready;
+      const d = await rl.admit({ key: 'm:b', limit: 5, period: 3_600_000 });
+      assert.deepEqual([d.allowed, d.remaining], [true, 4]);
+      assert.equal(rl.mode, 'script');
+    } finally {
+      io.disconnect();
+      await server.stop();
+    }
+  });
+
+  test('the script refusing a command is no change of mode', async () => {
+    const io = await plain.ioredis();
+    const rl = new RL(io, { logger: recorder() });
+    const probes = async () => Number(/cmdstat_command\|info:calls=(\d+)/.exec(await io.info('commandstats'))?.[1] ?? 0);
+    try {
+      await rl.admit({ key: 'm:t', limit: 5, period: 3_600_000 });
+      const before = await probes();
+      await assert.rejects(rl.throttle('m:t2', 10, 1, 60), /for rl\.lua/);
+      assert.equal(rl.mode, 'script');
+      await rl.admit({ key: 'm:t', limit: 5, period: 3_600_000 });
+      assert.equal(await probes(), before, 'no COMMAND INFO was sent again');
+    } finally {
+      io.disconnect();
+    }
+  });
+
+  test('a call whose caller gave up sends nothing more after NOSCRIPT', async () => {
+    const io = await plain.ioredis();
+    const rl = new RL(io, { logger: recorder() });
+    const loads = async () => Number(/cmdstat_script\|load:calls=(\d+)/.exec(await io.info('commandstats'))?.[1] ?? 0);
+    try {
+      await rl.admit({ key: 'm:c', limit: 5, period: 3_600_000 });
+      await io.call('SCRIPT', 'FLUSH');
+      const before = await loads();
+      const cancel = { cancelled: true };
+      await assert.rejects(rl.execute(commands.admit({ key: 'm:c', limit: 5, period: 3_600_000 }), { cancel }), /deadline/);
+      assert.equal(await loads(), before, 'no SCRIPT LOAD after the caller gave up');
+      // Nothing was spent by the abandoned call.
+      assert.equal((await rl.admit({ key: 'm:c', limit: 5, period: 3_600_000 })).remaining, 3);
+    } finally {
+      io.disconnect();
     }
   });
 

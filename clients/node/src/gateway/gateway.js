@@ -154,7 +154,7 @@ export class Gateway {
     const started = performance.now();
     let outcome;
     try {
-      outcome = await withDeadline(this.storeCalls(ctx, state), policy.store.timeoutMs);
+      outcome = await withDeadline(this.storeCalls(ctx, state), policy.store.timeoutMs, state);
     } catch (err) {
       state.cancelled = true;
       const seconds = (performance.now() - started) / 1000;
@@ -219,7 +219,7 @@ export class Gateway {
       // Counted as held before the reply, so a reply lost past the deadline is released too.
       state.holders.push({ r, holder });
       state.calls += 1;
-      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder });
+      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder }, { cancel: state });
       const outcome = { remaining: Math.max(0, r.rule.concurrency - lease.in_flight), resetAfterMs: 0,
         retryAfterMs: lease.acquired ? null : lease.retry_after_ms };
       if (r.rule.shadow) {
@@ -240,7 +240,7 @@ export class Gateway {
       if (!inMulti(r.rule) || !r.rule.settle) continue;
       live();
       state.calls += 1;
-      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } });
+      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } }, { cancel: state });
       if (!d.allowed) {
         this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
         return refuse(r, d.retry_after_ms, rateSpec(r.rule), H.outcomeOf(d));
@@ -252,7 +252,7 @@ export class Gateway {
     if (multi.length) {
       live();
       state.calls += 1;
-      const d = await state.rl.multi({ rules: multi.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) });
+      const d = await state.rl.multi({ rules: multi.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) }, { cancel: state });
       const at = state.answered.length;
       multi.forEach((r, i) => {
         const refusing = d.denied_by === r.rule.name;
@@ -272,7 +272,7 @@ export class Gateway {
       if (r.rule.semaphore || !r.rule.shadow) continue;
       live();
       state.calls += 1;
-      const d = await state.rl.admit(this.rateRequest(r));
+      const d = await state.rl.admit(this.rateRequest(r), { cancel: state });
       if (!d.allowed) record(r.rule, 'shadow_refuse');
     }
     return { allowed: true };

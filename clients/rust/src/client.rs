@@ -98,8 +98,8 @@ impl<C: RlConnection> Rl<C> {
         }
     }
 
-    /// Sends the native command `cmd` in the mode in force. `slot` is where it goes when its
-    /// argument 1 is no key (`RL.MULTI`); a script call's first key routes it anyway.
+    /// Sends the native command `cmd` in the mode in force, to the primary serving `slot` (on a
+    /// cluster; elsewhere there is one server).
     async fn call_at(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {
         let mode = match self.mode.get() {
             Some(mode) => mode,
@@ -118,8 +118,14 @@ impl<C: RlConnection> Rl<C> {
         }
     }
 
+    /// A command whose key is argument 1. Its slot is given explicitly, because in script mode
+    /// the `COMMAND INFO` and the `SCRIPT LOAD` it may need must go where the key lives too.
     async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
-        self.call_at(cmd, None).await
+        let slot = match cmd.args_iter().nth(1) {
+            Some(redis::Arg::Simple(key)) => Some(get_slot(key)),
+            _ => None,
+        };
+        self.call_at(cmd, slot).await
     }
 
     async fn script(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {

@@ -5,15 +5,15 @@
 mod common;
 mod support;
 
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::{Server, TempFile};
 use http::HeaderMap;
 use redis_rl_client::gateway::{Decision, RequestParts};
 use redis_rl_client::policy::PolicyStore;
 use redis_rl_client::{Gateway, Rl};
+use support::Captured;
 
 const POLICY: &str = r#"{
   "version": 4,
@@ -27,32 +27,6 @@ const POLICY: &str = r#"{
   ],
   "store": {"timeout": "200ms", "breaker": {"failures": 100, "open": "1s"}}
 }"#;
-
-/// What the `fmt` subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        // Decision logs only: the client also logs the store's mode once.
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .filter(|l| l.contains("redis_rl_client::decision"))
-            .map(str::to_string)
-            .collect()
-    }
-}
 
 async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> Decision {
     let mut headers = HeaderMap::new();
@@ -71,12 +45,7 @@ async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> Decisio
 #[tokio::test(flavor = "current_thread")]
 async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_logged() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = tracing::subscriber::set_default(captured.subscriber());
 
     let server = Server::start();
     let policy = TempFile::new("logs.json", POLICY);
@@ -88,7 +57,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
 
     // Sampled: the first request is admitted, and so by its shadow rule (1 per hour).
     assert_eq!(decide(&all).await, Decision::Admit);
-    let lines = captured.lines();
+    let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 1, "{lines:?}");
     for part in [
         "redis_rl_client::decision",
@@ -102,7 +71,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
     }
     // Not sampled: the second is admitted, unlogged, but its shadow rule's refusal is logged.
     assert_eq!(decide(&none).await, Decision::Admit);
-    let lines = captured.lines();
+    let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[1].contains("a shadow rule would have refused"),
@@ -114,7 +83,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
     // The store gone, the route allows: logged every time, as a warning.
     drop(server);
     assert_eq!(decide(&none).await, Decision::Unavailable);
-    let lines = captured.lines();
+    let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines[2].contains("WARN"), "{}", lines[2]);
     assert!(lines[2].contains(r#"outcome="open_admit""#), "{}", lines[2]);

@@ -5,9 +5,9 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{cmd, Server};
@@ -15,32 +15,9 @@ use redis::aio::ConnectionManager;
 use redis_rl_client::metrics::Metrics;
 use redis_rl_client::mode::SCRIPT;
 use redis_rl_client::{Admit, Decision, Error, Mode, Multi, MultiRule, Rl};
+use support::Captured;
 
 const HOUR: Duration = Duration::from_secs(3600);
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn mode_lines(&self) -> Vec<String> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .filter(|l| l.contains("redis_rl_client::mode"))
-            .map(str::to_string)
-            .collect()
-    }
-}
 
 async fn manager(server: &Server) -> ConnectionManager {
     redis::Client::open(format!("redis://127.0.0.1:{}/", server.port))
@@ -79,12 +56,7 @@ fn noscript_replies(server: &Server) -> i64 {
 #[tokio::test(flavor = "current_thread")]
 async fn without_the_module_the_client_runs_the_script_and_says_so_once() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = tracing::subscriber::set_default(captured.subscriber());
 
     let server = Server::start_plain(&[]);
     let rl = Rl::new(manager(&server).await);
@@ -131,7 +103,7 @@ async fn without_the_module_the_client_runs_the_script_and_says_so_once() {
         text.contains("rl_gateway_store_mode{mode=\"script\"} 1\n"),
         "{text}"
     );
-    let lines = captured.mode_lines();
+    let lines = captured.lines_of("redis_rl_client::mode");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("mode=\"script\""), "{}", lines[0]);
 
@@ -155,7 +127,11 @@ async fn without_the_module_the_client_runs_the_script_and_says_so_once() {
         .query(&mut server.conn())
         .unwrap();
     assert_eq!(loaded, [1]);
-    assert_eq!(captured.mode_lines().len(), 1, "the mode did not change");
+    assert_eq!(
+        captured.lines_of("redis_rl_client::mode").len(),
+        1,
+        "the mode did not change"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -193,6 +193,9 @@ impl<C: RlConnection + 'static> Gateway<C> {
     /// blocks a connection while its `WAIT` waits for a replica, so without them every request
     /// sharing the gateway's connection waits behind a durable one whenever replicas lag.
     pub fn with_durable_connections(mut self, connections: Vec<Rl<C>>) -> Gateway<C> {
+        for rl in &connections {
+            rl.report_mode_to(&self.metrics);
+        }
         self.durable = connections;
         self
     }

@@ -1,10 +1,11 @@
-//! What the client's HTTP tests share: serving an axum app on a free loopback port, and a
-//! gateway on a policy file in front of a test server.
+//! What the client's tests share: serving an axum app on a free loopback port, a gateway on a
+//! policy file in front of a test server, and capturing what `tracing` logs.
 
 #![allow(dead_code)] // each test file uses a different part
 
+use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use redis::aio::MultiplexedConnection;
@@ -35,4 +36,39 @@ pub async fn gateway(port: u16, file: &std::path::Path) -> Arc<Gateway<Multiplex
         PolicyStore::load_file(file).unwrap(),
         Arc::default(),
     ))
+}
+
+/// What a `tracing_subscriber::fmt` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// A subscriber writing here; set it with `tracing::subscriber::set_default`.
+    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+        let writer = self.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish()
+    }
+
+    /// The lines logged to `target`.
+    pub fn lines_of(&self, target: &str) -> Vec<String> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .filter(|l| l.contains(target))
+            .map(str::to_string)
+            .collect()
+    }
 }

@@ -432,6 +432,8 @@ async def test_durable_rules_wait_for_a_replica():
         assert ok.status_code == lagging.status_code == 200
         assert gw.metrics.count("POST /d", "durable", "unreplicated_admit") == 1
         assert gw.metrics.count("POST /d", "durable", "admit") == 2
+        # Only the durable connections were used, and they report the mode too.
+        assert gw.metrics.store_mode == "module"
     finally:
         replica.close()
         primary.close()

@@ -143,7 +143,8 @@ class Gateway:
         self._chunks: "OrderedDict[Tuple[str, str], _Chunk]" = OrderedDict()
         self._policy_changed(p)
         self.source.on_change(self._policy_changed)
-        client.on_mode(self.metrics.set_store_mode)
+        for store in [client, *self._durable]:
+            store.on_mode(self.metrics.set_store_mode)
 
     @property
     def policy(self) -> Policy:
@@ -541,7 +542,10 @@ def _one_connection(client: AsyncClient) -> AsyncClient:
     kwargs = dict(pool.connection_kwargs)
     one = redis.asyncio.BlockingConnectionPool(connection_class=pool.connection_class,
                                                max_connections=1, timeout=None, **kwargs)
-    return AsyncClient(redis.asyncio.Redis(connection_pool=one))
+    # The same mode choice and script as the shared client's.
+    modes = client._modes
+    return AsyncClient(redis.asyncio.Redis(connection_pool=one),
+                       mode=modes.current if modes.fixed else "auto", script=modes.script)
 
 
 def _ms(ms: int) -> datetime.timedelta:

@@ -56,6 +56,7 @@ fn cost_10_with_3_left_waits_3500ms() {
 fn gcra_and_bucket_agree_call_by_call() {
     let s = Server::start();
     let mut c = s.conn();
+    let mut split = 0;
     for round in 0..40 {
         let cost = 1 + round % 4;
         let replies = atomically(
@@ -65,10 +66,28 @@ fn gcra_and_bucket_agree_call_by_call() {
                 &format!("b 5 200ms BURST 7 COST {cost} ALGO bucket"),
             ],
         );
-        assert_eq!(replies[0][0], replies[1][0], "round {round}");
-        assert_eq!(replies[0][1], replies[1][1], "round {round}");
+        let (g, b) = (&replies[0], &replies[1]);
+        if g[..2] != b[..2] {
+            // Each command reads the clock itself, so within one MULTI the two decide some
+            // microseconds apart (more on a loaded machine), and each key's debt dates from its
+            // own read when it was last full. That may split a decision at a token's boundary,
+            // and only there: remaining one unit apart, or a refusal due within a few milliseconds.
+            // Both start again from full.
+            split += 1;
+            let near = if g[0] == b[0] {
+                g[1].abs_diff(b[1]) <= 1
+            } else {
+                g[2].max(b[2]) <= 10
+            };
+            assert!(
+                near,
+                "round {round}: gcra {g:?}, bucket {b:?} disagree beyond the clock reads"
+            );
+            let _: () = cmd("DEL").arg("g").arg("b").query(&mut c).unwrap();
+        }
         std::thread::sleep(std::time::Duration::from_millis(7));
     }
+    assert!(split <= 4, "{split} of 40 rounds split at a boundary");
 }
 
 #[test]

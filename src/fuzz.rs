@@ -96,6 +96,7 @@ proptest! {
 }
 
 fn sample_payload(which: usize) -> Vec<u8> {
+    use crate::core::ask::Ask;
     use crate::core::limiter::Limiter;
     use crate::core::rule::{Algo, Rule};
     let algo = Algo::ALL[which % Algo::ALL.len()];
@@ -109,7 +110,7 @@ fn sample_payload(which: usize) -> Vec<u8> {
             l.acquire(rule, None, now + 5, false).unwrap();
         }
         Algo::Gcra | Algo::Bucket => {
-            l.reserve(algo, rule, 3, b"r1", 60_000_000, now, false)
+            l.reserve_ask(Ask::new(algo, rule, 3), b"r1", 60_000_000, now)
                 .unwrap();
             l.settle(b"r1", 5, now + 10).unwrap();
         }

@@ -82,7 +82,7 @@ fn admit(c: &mut Criterion) {
         b.iter(|| {
             now += 1;
             let req = parse_admit(black_box(&args[..]))?;
-            warm.admit(req.algo, req.rule, req.cost, now, req.dry_run)
+            warm.admit_ask(req.ask, now)
         })
     });
     group.finish();

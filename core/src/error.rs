@@ -5,8 +5,10 @@
 
 use std::fmt;
 
-use crate::reservations::{MAX_ID_LEN, MAX_RESERVATIONS};
-use crate::rule::{Algo, MAX_CLOCK_SKEW_TEXT, MAX_PERIOD_TEXT, MAX_SEMAPHORE_CAPACITY};
+use crate::algo::Algo;
+use crate::bounds::{
+    MAX_CLOCK_SKEW_TEXT, MAX_ID_LEN, MAX_PERIOD_TEXT, MAX_RESERVATIONS, MAX_SEMAPHORE_CAPACITY,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {

@@ -1,52 +1,25 @@
 //! One limiter: the rule it was last used with and the state of its algorithm.
 //!
-//! This is the value a key holds. Every algorithm's state is a variant of [`State`], so one Redis
-//! type carries all of them and one codec persists them. `Limiter` only dispatches: each
-//! algorithm's arithmetic and bounds live in its own module (`gcra`, `bucket`, `window`,
-//! `sliding`, `log`, `semaphore`), and so do reservations (`reservations`) and grants (`grant`).
+//! This is the value a key holds. `Limiter` only dispatches: each algorithm's arithmetic and
+//! bounds live in its own module (`gcra`, `bucket`, `window`, `sliding`, `log`, `semaphore`),
+//! which answers for its own state (see `algorithm`); [`State`] names the one a key holds.
+//! Reservations (`reserve`), grants (`grant`), leases (`acquire`), `RL.MULTI` (`multi`) and
+//! `CL.THROTTLE` (`throttle`) are built on it.
 
+use crate::algorithm::Decide;
+use crate::ask::Ask;
+use crate::bucket::Bucket;
 use crate::error::Error;
+use crate::gcra::Gcra;
 use crate::log::Log;
 use crate::rate::{self, Decision};
 use crate::reservations::Reservations;
 use crate::rule::{Algo, Rule, MAX_CLOCK_SKEW_US};
-use crate::semaphore::Semaphore;
 use crate::sliding::Sliding;
-use crate::window::Fixed;
-use crate::{bucket, gcra};
 
-/// A 128-bit integer kept as two words, so that the limiter keeps 8-byte alignment and stays
-/// small (an `i128` field would pad every key's value to 16-byte alignment).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Wide([u64; 2]);
-
-impl Wide {
-    pub fn get(self) -> i128 {
-        (i128::from(self.0[0] as i64) << 64) | i128::from(self.0[1])
-    }
-
-    pub fn new(v: i128) -> Wide {
-        Wide([(v >> 64) as i64 as u64, v as u64])
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// Theoretical arrival time of the next conforming request, in microseconds times `limit`
-    /// (so one emission interval is exactly `period_us`). Zero for a fresh key.
-    Gcra {
-        tat: Wide,
-    },
-    /// The level in ticks (see `rate`) as counted at `updated_us`.
-    Bucket {
-        updated_us: u64,
-        level: Wide,
-    },
-    Window(Fixed),
-    Sliding(Sliding),
-    Log(Box<Log>),
-    Semaphore(Semaphore),
-}
+// Re-exported: `State` and `Wide` were first defined here, and callers name them by this path.
+pub use crate::state::State;
+pub use crate::wide::Wide;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limiter {
@@ -85,32 +58,21 @@ impl Admission {
 impl Limiter {
     /// The state of a key that does not exist: full capacity.
     pub fn new(algo: Algo, rule: Rule) -> Limiter {
-        let state = match algo {
-            Algo::Gcra => State::Gcra { tat: Wide::new(0) },
-            Algo::Bucket => State::Bucket {
-                updated_us: 0,
-                level: Wide::new(rate::capacity(&rule)),
-            },
-            Algo::Window => State::Window(Fixed::default()),
-            Algo::Sliding => State::Sliding(Sliding::default()),
-            Algo::Log => State::Log(Box::default()),
-            Algo::Semaphore => State::Semaphore(Semaphore::default()),
-        };
         Limiter {
             rule,
-            state,
+            state: State::fresh(algo, &rule),
             reservations: None,
         }
     }
 
     /// A gcra limiter with no reservation whose theoretical arrival time is `tat` ticks: what a
-    /// compact key (see `state::value`) unpacks to.
+    /// compact key (see the module's `state::value`) unpacks to.
     pub fn gcra_at(rule: Rule, tat: i128) -> Limiter {
         Limiter {
             rule,
-            state: State::Gcra {
+            state: State::Gcra(Gcra {
                 tat: Wide::new(tat),
-            },
+            }),
             reservations: None,
         }
     }
@@ -118,15 +80,7 @@ impl Limiter {
     /// Rebuilds a limiter from decoded parts, refusing states no command could have produced
     /// whatever its clock did (the bounds that need no clock; see [`Limiter::check_times`]).
     pub fn from_parts(rule: Rule, state: State) -> Result<Limiter, Error> {
-        let refused = match &state {
-            State::Gcra { tat } => gcra::refused(&rule, tat.get()),
-            State::Bucket { level, .. } => bucket::refused(&rule, level.get()),
-            State::Window(w) => w.refused(&rule),
-            State::Sliding(s) => s.refused(&rule),
-            State::Log(log) => log.refused(&rule),
-            State::Semaphore(s) => s.refused(),
-        };
-        if let Some(why) = refused {
+        if let Some(why) = state.algorithm().refused(&rule) {
             return Err(Error::BadPayload(why));
         }
         Ok(Limiter {
@@ -143,13 +97,7 @@ impl Limiter {
     /// wrote, which loads whatever the clock did meanwhile.
     pub fn check_times(&self, now_us: u64) -> Result<(), Error> {
         let horizon = now_us.saturating_add(MAX_CLOCK_SKEW_US);
-        let refused = match &self.state {
-            State::Gcra { tat } => gcra::ahead(&self.rule, tat.get(), horizon),
-            State::Semaphore(s) => s.ahead(horizon),
-            _ => {
-                (self.time_floor() > horizon).then_some("state time is ahead of the server's clock")
-            }
-        };
+        let refused = self.state.algorithm().ahead(&self.rule, horizon);
         let refused = refused.or_else(|| self.reservations.as_deref()?.ahead(horizon));
         match refused {
             Some(why) => Err(Error::BadPayload(why)),
@@ -162,14 +110,7 @@ impl Limiter {
     /// times are deadlines). A clock that stepped back before it reads as this instant: the
     /// key's own time line, on which nothing is minted and a debt is never forgiven.
     pub(crate) fn time_floor(&self) -> u64 {
-        match &self.state {
-            State::Gcra { tat } => gcra::time_floor(&self.rule, tat.get()),
-            State::Bucket { updated_us, .. } => *updated_us,
-            State::Window(w) => w.start_us,
-            State::Sliding(s) => s.start_us,
-            State::Log(log) => log.newest_us(),
-            State::Semaphore(_) => 0,
-        }
+        self.state.algorithm().time_floor(&self.rule)
     }
 
     pub fn rule(&self) -> &Rule {
@@ -181,29 +122,30 @@ impl Limiter {
     }
 
     pub fn algo(&self) -> Algo {
-        match self.state {
-            State::Gcra { .. } => Algo::Gcra,
-            State::Bucket { .. } => Algo::Bucket,
-            State::Window(_) => Algo::Window,
-            State::Sliding(_) => Algo::Sliding,
-            State::Log(_) => Algo::Log,
-            State::Semaphore(_) => Algo::Semaphore,
-        }
+        self.state.algo()
     }
 
     /// Available capacity at `now_us` in ticks of this limiter's rule (gcra and bucket only).
     pub(crate) fn level_at(&self, now_us: u64) -> i128 {
-        match self.state {
-            State::Gcra { tat } => gcra::level(&self.rule, tat.get(), now_us),
-            State::Bucket { updated_us, level } => {
-                bucket::level(&self.rule, updated_us, level.get(), now_us)
-            }
+        match &self.state {
+            State::Gcra(g) => g.level(&self.rule, now_us),
+            State::Bucket(b) => b.level(&self.rule, now_us),
             _ => rate::capacity(&self.rule),
         }
     }
 
-    /// Decides `cost` units under `rule` at `now_us`. When admitted and not `dry`, the state
-    /// moves to `algo` and `rule` and is spent; otherwise nothing changes.
+    /// Decides what `ask` asks at `now_us`. When admitted and not a dry run, the state moves to
+    /// its algorithm and rule and is spent; otherwise nothing changes.
+    pub fn admit_ask(&mut self, ask: Ask, now_us: u64) -> Result<Decision, Error> {
+        let admission = self.decide_ask(ask, now_us)?;
+        Ok(if ask.dry_run {
+            admission.decision
+        } else {
+            self.spend(admission)
+        })
+    }
+
+    /// [`Limiter::admit_ask`] with the ask's parts one by one.
     pub fn admit(
         &mut self,
         algo: Algo,
@@ -212,29 +154,22 @@ impl Limiter {
         now_us: u64,
         dry: bool,
     ) -> Result<Decision, Error> {
-        let admission = self.decide(algo, rule, cost, now_us)?;
-        Ok(if dry {
-            admission.decision
-        } else {
-            self.spend(admission)
-        })
+        let ask = Ask {
+            dry_run: dry,
+            ..Ask::new(algo, rule, cost)
+        };
+        self.admit_ask(ask, now_us)
     }
 
-    /// Decides `cost` units under `rule` at `now_us` without changing anything: the decision,
-    /// and what [`Limiter::spend`] applies when the caller goes ahead. Deciding several limiters
-    /// first and spending only if all admit is `RL.MULTI`'s one pass.
+    /// Decides what `ask` asks at `now_us` without changing anything, dry run or not: the
+    /// decision, and what [`Limiter::spend`] applies when the caller goes ahead. Deciding
+    /// several limiters first and spending only if all admit is `RL.MULTI`'s one pass.
     ///
     /// A clock behind the key's own time line (it stepped back) decides at the key's time, and
     /// the waits replied count from the real clock: waiting `retry_after` is always enough.
-    pub fn decide(
-        &self,
-        algo: Algo,
-        rule: Rule,
-        cost: u64,
-        now_us: u64,
-    ) -> Result<Admission, Error> {
+    pub fn decide_ask(&self, ask: Ask, now_us: u64) -> Result<Admission, Error> {
         let at = now_us.max(self.time_floor());
-        let mut admission = self.decide_at(algo, rule, cost, at)?;
+        let mut admission = self.decide_at(ask, at)?;
         let behind = at - now_us;
         if behind > 0 {
             let d = &mut admission.decision;
@@ -245,6 +180,17 @@ impl Limiter {
             }
         }
         Ok(admission)
+    }
+
+    /// [`Limiter::decide_ask`] with the ask's parts one by one.
+    pub fn decide(
+        &self,
+        algo: Algo,
+        rule: Rule,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<Admission, Error> {
+        self.decide_ask(Ask::new(algo, rule, cost), now_us)
     }
 
     /// Applies an admission this limiter decided (and nothing changed since): an admitted one
@@ -267,38 +213,41 @@ impl Limiter {
         decision
     }
 
-    fn decide_at(
-        &self,
-        algo: Algo,
-        rule: Rule,
-        cost: u64,
-        now_us: u64,
-    ) -> Result<Admission, Error> {
+    fn decide_at(&self, ask: Ask, now_us: u64) -> Result<Admission, Error> {
+        let Ask {
+            algo, rule, cost, ..
+        } = ask;
+        let from = &self.rule;
         let (decision, state) = match (&self.state, algo) {
-            (State::Gcra { .. } | State::Bucket { .. }, Algo::Gcra | Algo::Bucket) => {
-                let level = rate::convert(self.level_at(now_us), &self.rule, &rule);
+            (State::Gcra(g), Algo::Gcra) => {
+                let (decision, after) = convert_and_decide(g, from, &rule, cost, now_us);
+                (decision, State::Gcra(after))
+            }
+            (State::Bucket(b), Algo::Bucket) => {
+                let (decision, after) = convert_and_decide(b, from, &rule, cost, now_us);
+                (decision, State::Bucket(after))
+            }
+            // Across the rate family, through the level both count in.
+            (State::Gcra(_) | State::Bucket(_), Algo::Gcra | Algo::Bucket) => {
+                let level = rate::convert(self.level_at(now_us), from, &rule);
                 let (decision, after) = rate::decide(&rule, level, cost);
                 (decision, self.at_level(algo, &rule, after, now_us))
             }
             (State::Window(w), Algo::Window) => {
-                let (decision, after) = w
-                    .convert(&self.rule, &rule, now_us)
-                    .decide(&rule, cost, now_us);
+                let (decision, after) = convert_and_decide(w, from, &rule, cost, now_us);
                 (decision, State::Window(after))
             }
             (State::Window(w), Algo::Sliding) => {
-                let s = Sliding::from_fixed(w.convert(&self.rule, &rule, now_us));
+                let s = Sliding::from_fixed(w.convert(from, &rule, now_us));
                 let (decision, after) = s.decide(&rule, cost, now_us);
                 (decision, State::Sliding(after))
             }
             (State::Sliding(s), Algo::Sliding) => {
-                let (decision, after) = s
-                    .convert(&self.rule, &rule, now_us)
-                    .decide(&rule, cost, now_us);
+                let (decision, after) = convert_and_decide(s, from, &rule, cost, now_us);
                 (decision, State::Sliding(after))
             }
             (State::Sliding(s), Algo::Window) => {
-                let w = s.convert(&self.rule, &rule, now_us).to_fixed();
+                let w = s.convert(from, &rule, now_us).to_fixed();
                 let (decision, after) = w.decide(&rule, cost, now_us);
                 (decision, State::Window(after))
             }
@@ -320,11 +269,9 @@ impl Limiter {
     /// A gcra or bucket state for `algo` and `rule` holding `level` ticks at `now_us`.
     fn at_level(&self, algo: Algo, rule: &Rule, level: i128, now_us: u64) -> State {
         match (algo, &self.state) {
-            (Algo::Bucket, State::Bucket { updated_us, .. }) => {
-                bucket::at_level(level, *updated_us, now_us)
-            }
-            (Algo::Bucket, _) => bucket::at_level(level, now_us, now_us),
-            _ => gcra::at_level(rule, level, now_us),
+            (Algo::Bucket, State::Bucket(b)) => State::Bucket(b.recount(level, now_us)),
+            (Algo::Bucket, _) => State::Bucket(Bucket::at_level(rule, level, now_us)),
+            _ => State::Gcra(Gcra::at_level(rule, level, now_us)),
         }
     }
 
@@ -336,17 +283,10 @@ impl Limiter {
 
     /// The instant (µs since the epoch) from which this state equals an absent key: full again.
     pub fn full_at_us(&self) -> u64 {
-        match &self.state {
-            State::Gcra { tat } => gcra::full_at_us(&self.rule, tat.get()),
-            State::Bucket { updated_us, level } => {
-                bucket::full_at_us(&self.rule, *updated_us, level.get())
-            }
-            State::Window(w) => w.full_at_us(&self.rule),
-            State::Sliding(s) => s.full_at_us(&self.rule),
-            State::Log(log) => log.full_at_us(&self.rule),
-            State::Semaphore(s) => s.full_at_us(),
-        }
-        .max(self.reservations.as_ref().map_or(0, |r| r.until_us()))
+        self.state
+            .algorithm()
+            .full_at_us(&self.rule)
+            .max(self.reservations.as_ref().map_or(0, |r| r.until_us()))
     }
 
     /// True when the state equals an absent key's and nothing else is kept: the key can go.
@@ -390,7 +330,7 @@ impl Limiter {
             },
             // Cost 0 against the key's own rule always decides: the algorithm matches.
             _ => self
-                .admit(self.algo(), rule, 0, now_us, true)
+                .admit_ask(Ask::new(self.algo(), rule, 0).dry(), now_us)
                 .unwrap_or(Decision {
                     allowed: false,
                     remaining: 0,
@@ -402,16 +342,16 @@ impl Limiter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wide_round_trips() {
-        for v in [0, 1, -1, i128::MAX, i128::MIN, 1 << 100, -(1 << 90) + 7] {
-            assert_eq!(Wide::new(v).get(), v);
-        }
-    }
+/// Converts a state counted under `from` to `to` and decides on it: how an algorithm whose
+/// state deciding copies takes a call for itself.
+fn convert_and_decide<A: Decide>(
+    state: &A,
+    from: &Rule,
+    to: &Rule,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, A) {
+    state.convert(from, to, now_us).decide(to, cost, now_us)
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 
 use std::collections::VecDeque;
 
-use crate::rate::Decision;
+use crate::algorithm::Algorithm;
+use crate::decision::Decision;
 use crate::rule::Rule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,28 +122,40 @@ impl Log {
         self.full_at_us(rule)
     }
 
-    /// When the newest entry leaves the window: the log is then empty, like an absent key.
-    pub fn full_at_us(&self, rule: &Rule) -> u64 {
-        match self.entries.back() {
-            Some(e) => e.at_us.saturating_add(rule.period_us()),
-            None => 0,
-        }
-    }
-
-    /// Why no command could have written this log under `rule`.
-    pub fn refused(&self, rule: &Rule) -> Option<&'static str> {
-        (self.total() > rule.limit()).then_some("log holds more than its limit")
-    }
-
     /// Heap bytes held by the entries.
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 }
 
+impl Algorithm for Log {
+    fn fresh(_: &Rule) -> Log {
+        Log::default()
+    }
+
+    /// Why no command could have written this log under `rule`.
+    fn refused(&self, rule: &Rule) -> Option<&'static str> {
+        (self.total() > rule.limit()).then_some("log holds more than its limit")
+    }
+
+    /// When the newest entry was recorded.
+    fn time_floor(&self, _: &Rule) -> u64 {
+        self.newest_us()
+    }
+
+    /// When the newest entry leaves the window: the log is then empty, like an absent key.
+    fn full_at_us(&self, rule: &Rule) -> u64 {
+        match self.entries.back() {
+            Some(e) => e.at_us.saturating_add(rule.period_us()),
+            None => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Decide;
     use crate::rule::Algo;
     use crate::sliding::Sliding;
 

@@ -28,7 +28,7 @@ pub fn decide(
     }
     let mut admissions: SmallVec<[Admission; 8]> = SmallVec::new();
     for (limiter, r) in limiters.iter().zip(rules) {
-        admissions.push(limiter.decide(r.algo, r.rule, r.cost, now_us)?);
+        admissions.push(limiter.decide_ask(r.ask(), now_us)?);
     }
     let allowed = admissions.iter().all(|a| a.decision.allowed);
     if !allowed || dry {

@@ -4,10 +4,10 @@
 //! Arguments arrive as bytes (key names and values need not be UTF-8), so parsing works on `&[u8]`
 //! and never allocates on the success path.
 
+use crate::bounds::{MAX_COUNT, MAX_ID_LEN, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 use crate::error::Error;
 use crate::protocol::token;
-use crate::reservations::MAX_ID_LEN;
-use crate::rule::{check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US};
+use crate::rule::{check_cost, Algo, Rule};
 
 /// Microseconds in each duration unit.
 const MS: u64 = 1_000;
@@ -107,8 +107,8 @@ pub fn parse_duration(
     }
 }
 
-/// Microseconds in a duration unit, for bounds written as constants elsewhere.
-pub const DAY_US: u64 = D;
+/// Microseconds in a day, for bounds written as constants elsewhere (now in `bounds`).
+pub use crate::bounds::DAY_US;
 
 /// A holder or reservation id: 1 to 256 bytes.
 pub fn parse_id<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], Error> {

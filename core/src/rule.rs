@@ -3,47 +3,17 @@
 //! A `Rule` can only be built through [`Rule::new`], which enforces every documented bound, so
 //! the arithmetic downstream never sees a value that could overflow it.
 
-use super::error::{printable, Error};
-use super::parse::DAY_US;
+use crate::error::{printable, Error};
 use crate::protocol::token;
 
-/// Largest `limit`, `BURST` and `COST` accepted (10^15).
-pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
-/// Longest `period` accepted, and the longest time a full capacity may take to refill.
-pub const MAX_PERIOD_US: u64 = 3650 * DAY_US;
-pub const MAX_PERIOD_TEXT: &str = "3650d";
-/// Largest `limit` for `ALGO log`, which keeps one entry per admitted request and propagates
-/// the whole log with each admission (12 bytes an entry).
-pub const MAX_LOG_LIMIT: u64 = 10_000;
-/// Largest semaphore capacity (live leases per key), and the most leases a key may keep.
-pub const MAX_SEMAPHORE_CAPACITY: u64 = 100_000;
-/// How far ahead of this server's clock a state from elsewhere (`RESTORE`, `MIGRATE`, a client's
-/// `RL.SETSTATE` or `RL.LEASESET`) may have counted: the clock skew tolerated between servers.
-/// A state further ahead is refused, since no command on a clock within it could have made it.
-pub const MAX_CLOCK_SKEW_US: u64 = 3600 * 1_000_000;
-pub const MAX_CLOCK_SKEW_TEXT: &str = "1h";
+pub use crate::algo::{Algo, Family};
+pub use crate::bounds::{
+    MAX_CLOCK_SKEW_TEXT, MAX_CLOCK_SKEW_US, MAX_COUNT, MAX_LOG_LIMIT, MAX_PERIOD_TEXT,
+    MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
+};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algo {
-    Gcra,
-    Bucket,
-    Window,
-    Sliding,
-    Log,
-    /// Not a rate: the concurrency semaphore of `RL.ACQUIRE`, which shares the key type.
-    Semaphore,
-}
-
+// Defined here rather than in `algo`: it builds an `Error`, and `error` imports `algo`.
 impl Algo {
-    pub const ALL: [Algo; 6] = [
-        Algo::Gcra,
-        Algo::Bucket,
-        Algo::Window,
-        Algo::Sliding,
-        Algo::Log,
-        Algo::Semaphore,
-    ];
-
     /// An algorithm `ALGO` may name (every one but the semaphore).
     pub fn parse(bytes: &[u8]) -> Result<Algo, Error> {
         Algo::ALL
@@ -52,50 +22,6 @@ impl Algo {
             .find(|a| bytes.eq_ignore_ascii_case(a.name().as_bytes()))
             .ok_or_else(|| Error::UnknownAlgo(printable(bytes)))
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algo::Gcra => "gcra",
-            Algo::Bucket => "bucket",
-            Algo::Window => "window",
-            Algo::Sliding => "sliding",
-            Algo::Log => "log",
-            Algo::Semaphore => "semaphore",
-        }
-    }
-
-    /// Algorithms whose states convert into each other without inventing capacity.
-    pub fn family(self) -> Family {
-        match self {
-            Algo::Gcra | Algo::Bucket => Family::Rate,
-            Algo::Window | Algo::Sliding => Family::Window,
-            Algo::Log => Family::Log,
-            Algo::Semaphore => Family::Semaphore,
-        }
-    }
-
-    pub fn code(self) -> u8 {
-        match self {
-            Algo::Gcra => 0,
-            Algo::Bucket => 1,
-            Algo::Window => 2,
-            Algo::Sliding => 3,
-            Algo::Log => 4,
-            Algo::Semaphore => 5,
-        }
-    }
-
-    pub fn from_code(code: u8) -> Option<Algo> {
-        Algo::ALL.into_iter().find(|a| a.code() == code)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    Rate,
-    Window,
-    Log,
-    Semaphore,
 }
 
 /// `limit` units per `period_us`, with room for `burst` units at once.
@@ -218,6 +144,7 @@ pub fn ceil_div(a: u128, b: u128) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::DAY_US;
 
     #[test]
     fn burst_defaults_to_limit() {

@@ -6,10 +6,11 @@
 //! count; they are dropped when the semaphore is next written, so a refusal or a release of an
 //! unknown holder changes nothing.
 
+use crate::algorithm::Algorithm;
+use crate::bounds::{MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
 use crate::entries::Entries;
 use crate::error::Error;
-use crate::limiter::{Limiter, State};
-use crate::rule::{Algo, Rule, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+use crate::rule::Rule;
 
 /// Longest holder id, in bytes.
 pub const MAX_HOLDER_LEN: usize = 256;
@@ -203,7 +204,7 @@ impl Semaphore {
     }
 
     /// When the last lease expires; 0 when there is none (the key then equals an absent one).
-    pub fn full_at_us(&self) -> u64 {
+    pub fn last_expiry_us(&self) -> u64 {
         self.leases.as_ref().map_or(0, |l| l.latest())
     }
 
@@ -216,19 +217,6 @@ impl Semaphore {
         self.leases.as_ref().map_or(0, |l| l.len())
     }
 
-    /// Why no command could have written this semaphore: more leases than any capacity.
-    pub(crate) fn refused(&self) -> Option<&'static str> {
-        (self.len() > MAX_SEMAPHORE_CAPACITY as usize)
-            .then_some("semaphore holds more leases than the largest capacity")
-    }
-
-    /// Why no command on a clock before `horizon_us` could have written this semaphore: a lease
-    /// ends later than the longest lease from then.
-    pub(crate) fn ahead(&self, horizon_us: u64) -> Option<&'static str> {
-        (self.full_at_us() > horizon_us.saturating_add(MAX_PERIOD_US))
-            .then_some("lease expiry is ahead of the server's clock")
-    }
-
     /// Heap bytes: the leases' allocation and what it holds.
     pub fn heap_bytes(&self) -> usize {
         self.leases
@@ -237,66 +225,32 @@ impl Semaphore {
     }
 }
 
-impl Limiter {
-    fn semaphore(&mut self) -> Result<&mut Semaphore, Error> {
-        let stored = self.algo().name();
-        match &mut self.state {
-            State::Semaphore(s) => Ok(s),
-            _ => Err(Error::AlgoMismatch {
-                stored,
-                asked: Algo::Semaphore.name(),
-            }),
-        }
+// The semaphore leases rather than admits: it answers the inspection, not `Decide`.
+impl Algorithm for Semaphore {
+    fn fresh(_: &Rule) -> Semaphore {
+        Semaphore::default()
     }
 
-    /// `RL.ACQUIRE`: a slot of `rule.limit()` for `rule.period_us()`. Changes nothing when
-    /// refused or `dry`.
-    pub fn acquire(
-        &mut self,
-        rule: Rule,
-        holder: Option<&[u8]>,
-        now_us: u64,
-        dry: bool,
-    ) -> Result<Acquire, Error> {
-        let s = self.semaphore()?;
-        let a = s.acquire(rule.limit(), rule.period_us(), holder, now_us, dry);
-        if a.acquired && !dry {
-            self.rule = rule;
-        }
-        Ok(a)
+    /// Why no command could have written this semaphore: more leases than any capacity.
+    fn refused(&self, _: &Rule) -> Option<&'static str> {
+        (self.len() > MAX_SEMAPHORE_CAPACITY as usize)
+            .then_some("semaphore holds more leases than the largest capacity")
     }
 
-    /// The semaphore's next generated-id sequence number (0 for other algorithms).
-    pub fn next_lease_id(&self) -> u64 {
-        match &self.state {
-            State::Semaphore(s) => s.next_id(),
-            _ => 0,
-        }
+    /// Why no command on a clock before `horizon_us` could have written this semaphore: a lease
+    /// ends later than the longest lease from then.
+    fn ahead(&self, _: &Rule, horizon_us: u64) -> Option<&'static str> {
+        (self.last_expiry_us() > horizon_us.saturating_add(MAX_PERIOD_US))
+            .then_some("lease expiry is ahead of the server's clock")
     }
 
-    /// Replays a semaphore write (see `Semaphore::apply`) under `rule`.
-    pub fn apply_lease(
-        &mut self,
-        rule: Rule,
-        holder: &[u8],
-        expiry_us: u64,
-        now_us: u64,
-        next_id: u64,
-    ) -> Result<(), Error> {
-        self.semaphore()?
-            .apply(holder, expiry_us, now_us, next_id)?;
-        self.rule = rule;
-        Ok(())
+    /// Its times are deadlines, not counts: a clock that stepped back reads them as they are.
+    fn time_floor(&self, _: &Rule) -> u64 {
+        0
     }
 
-    /// `RL.RELEASE`: true when `holder` held a slot, which is now free.
-    pub fn release(&mut self, holder: &[u8], now_us: u64) -> Result<bool, Error> {
-        Ok(self.semaphore()?.release(holder, now_us))
-    }
-
-    /// `RL.RENEW`: true when `holder`'s live lease now lasts `lease_us` from now.
-    pub fn renew(&mut self, holder: &[u8], lease_us: u64, now_us: u64) -> Result<bool, Error> {
-        Ok(self.semaphore()?.renew(holder, lease_us, now_us))
+    fn full_at_us(&self, _: &Rule) -> u64 {
+        self.last_expiry_us()
     }
 }
 
@@ -340,7 +294,7 @@ mod tests {
         assert!(!s.renew(b"b", 10 * S, T0 + 10 * S));
         s.acquire(3, 10 * S, Some(b"c"), T0, false);
         assert!(s.renew(b"c", 30 * S, T0 + 5 * S));
-        assert_eq!(s.full_at_us(), T0 + 35 * S);
+        assert_eq!(s.last_expiry_us(), T0 + 35 * S);
     }
 
     #[test]
@@ -350,7 +304,7 @@ mod tests {
         let r = s.acquire(1, 10 * S, Some(b"a"), T0 + 5 * S, false);
         assert!(r.acquired);
         assert_eq!(r.in_flight, 1);
-        assert_eq!(s.full_at_us(), T0 + 15 * S);
+        assert_eq!(s.last_expiry_us(), T0 + 15 * S);
     }
 
     #[test]

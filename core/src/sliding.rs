@@ -4,8 +4,10 @@
 //! count of the one before; once both have slid out it reads as zero, which is why a key can
 //! expire when the window after its own ends.
 
-use crate::rate::Decision;
-use crate::rule::{Rule, MAX_COUNT};
+use crate::algorithm::{Algorithm, Decide};
+use crate::bounds::MAX_COUNT;
+use crate::decision::Decision;
+use crate::rule::Rule;
 use crate::window::{window_start, Fixed};
 
 /// The sliding estimate: `previous` units in the window before `start_us`, `current` in it.
@@ -42,7 +44,81 @@ impl Sliding {
         u128::from(self.previous) * (period - u128::from(elapsed)) + u128::from(current) * period
     }
 
-    pub fn decide(&self, rule: &Rule, cost: u64, now_us: u64) -> (Decision, Sliding) {
+    /// The first instant a request of `cost` is admitted, with nothing else spent meanwhile.
+    fn admit_at(&self, rule: &Rule, cost: u64) -> u64 {
+        let period = u128::from(rule.period_us());
+        // Smallest elapsed e with prev × (P − e) ≤ room × P, i.e. e ≥ P − room × P / prev.
+        let earliest = |prev: u64, room: u64| -> u64 {
+            if prev == 0 {
+                return 0;
+            }
+            let keep = u128::from(room) * period / u128::from(prev);
+            u64::try_from(period.saturating_sub(keep)).unwrap_or(0)
+        };
+        let limit = rule.limit();
+        match limit.checked_sub(self.current.saturating_add(cost)) {
+            // Room in this window once enough of the previous one has slid out.
+            Some(room) => self.start_us.saturating_add(earliest(self.previous, room)),
+            // Only in the next window, where the current count becomes the previous one.
+            None => {
+                let next = self.start_us.saturating_add(rule.period_us());
+                next.saturating_add(earliest(self.current, limit - cost.min(limit)))
+            }
+        }
+    }
+
+    pub fn from_fixed(f: Fixed) -> Sliding {
+        Sliding {
+            start_us: f.start_us,
+            previous: 0,
+            current: f.count,
+        }
+    }
+
+    pub fn to_fixed(self) -> Fixed {
+        Fixed {
+            start_us: self.start_us,
+            count: self.current,
+        }
+    }
+}
+
+impl Algorithm for Sliding {
+    fn fresh(_: &Rule) -> Sliding {
+        Sliding::default()
+    }
+
+    /// Why no command could have written this state under `rule`.
+    fn refused(&self, rule: &Rule) -> Option<&'static str> {
+        if self.start_us != window_start(self.start_us, rule.period_us()) {
+            Some("sliding window start is not aligned to the period")
+        } else if self.current > rule.limit() {
+            Some("sliding current count is above the limit")
+        } else if self.previous > MAX_COUNT {
+            // The previous window was counted under an earlier rule: any limit there was.
+            Some("sliding previous count is above the largest limit")
+        } else {
+            None
+        }
+    }
+
+    fn time_floor(&self, _: &Rule) -> u64 {
+        self.start_us
+    }
+
+    /// When both windows have slid out: the estimate is 0 and the key equals an absent one.
+    fn full_at_us(&self, rule: &Rule) -> u64 {
+        let period = rule.period_us();
+        match (self.previous, self.current) {
+            (_, c) if c > 0 => self.start_us.saturating_add(2 * period),
+            (p, _) if p > 0 => self.start_us.saturating_add(period),
+            _ => self.start_us,
+        }
+    }
+}
+
+impl Decide for Sliding {
+    fn decide(&self, rule: &Rule, cost: u64, now_us: u64) -> (Decision, Sliding) {
         let now_us = now_us.max(self.start_us);
         let s = self.rolled(rule, now_us);
         let period = rule.period_us();
@@ -68,70 +144,8 @@ impl Sliding {
         (decision, after)
     }
 
-    /// The first instant a request of `cost` is admitted, with nothing else spent meanwhile.
-    fn admit_at(&self, rule: &Rule, cost: u64) -> u64 {
-        let period = u128::from(rule.period_us());
-        // Smallest elapsed e with prev × (P − e) ≤ room × P, i.e. e ≥ P − room × P / prev.
-        let earliest = |prev: u64, room: u64| -> u64 {
-            if prev == 0 {
-                return 0;
-            }
-            let keep = u128::from(room) * period / u128::from(prev);
-            u64::try_from(period.saturating_sub(keep)).unwrap_or(0)
-        };
-        let limit = rule.limit();
-        match limit.checked_sub(self.current.saturating_add(cost)) {
-            // Room in this window once enough of the previous one has slid out.
-            Some(room) => self.start_us.saturating_add(earliest(self.previous, room)),
-            // Only in the next window, where the current count becomes the previous one.
-            None => {
-                let next = self.start_us.saturating_add(rule.period_us());
-                next.saturating_add(earliest(self.current, limit - cost.min(limit)))
-            }
-        }
-    }
-
-    /// When both windows have slid out: the estimate is 0 and the key equals an absent one.
-    pub fn full_at_us(&self, rule: &Rule) -> u64 {
-        let period = rule.period_us();
-        match (self.previous, self.current) {
-            (_, c) if c > 0 => self.start_us.saturating_add(2 * period),
-            (p, _) if p > 0 => self.start_us.saturating_add(period),
-            _ => self.start_us,
-        }
-    }
-
-    pub fn from_fixed(f: Fixed) -> Sliding {
-        Sliding {
-            start_us: f.start_us,
-            previous: 0,
-            current: f.count,
-        }
-    }
-
-    pub fn to_fixed(self) -> Fixed {
-        Fixed {
-            start_us: self.start_us,
-            count: self.current,
-        }
-    }
-
-    /// Why no command could have written this state under `rule`.
-    pub fn refused(&self, rule: &Rule) -> Option<&'static str> {
-        if self.start_us != window_start(self.start_us, rule.period_us()) {
-            Some("sliding window start is not aligned to the period")
-        } else if self.current > rule.limit() {
-            Some("sliding current count is above the limit")
-        } else if self.previous > MAX_COUNT {
-            // The previous window was counted under an earlier rule: any limit there was.
-            Some("sliding previous count is above the largest limit")
-        } else {
-            None
-        }
-    }
-
     /// Re-aligns to a new period: counts of windows that have not slid out carry over.
-    pub fn convert(&self, from: &Rule, to: &Rule, now_us: u64) -> Sliding {
+    fn convert(&self, from: &Rule, to: &Rule, now_us: u64) -> Sliding {
         let s = self.rolled(from, now_us.max(self.start_us));
         Sliding {
             start_us: window_start(now_us.max(self.start_us), to.period_us()),

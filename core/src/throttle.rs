@@ -6,11 +6,15 @@
 //! allowed or when the quantity could never fit; quantity 0 peeks). Unlike redis-cell, absurd
 //! arguments are errors instead of silent answers.
 
+use crate::ask::Ask;
 use crate::error::Error;
-use crate::limiter::{Limiter, State, Wide};
+use crate::gcra::Gcra;
+use crate::limiter::Limiter;
 use crate::rate::Decision;
 use crate::request::throttle::ThrottleRequest;
 use crate::rule::{Algo, Rule};
+use crate::state::State;
+use crate::wide::Wide;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThrottleReply {
@@ -38,7 +42,11 @@ pub fn throttle(
     let fits = req.quantity <= capacity;
     let spend = fits && req.quantity > 0;
     let cost = if fits { req.quantity } else { 0 };
-    let d: Decision = limiter.admit(Algo::Gcra, req.rule, cost, now_us, !spend)?;
+    let ask = Ask {
+        dry_run: !spend,
+        ..Ask::new(Algo::Gcra, req.rule, cost)
+    };
+    let d: Decision = limiter.admit_ask(ask, now_us)?;
     let limited = !fits || !d.allowed;
     let reply = ThrottleReply {
         limited,
@@ -62,9 +70,9 @@ pub fn from_redis_cell(value: &[u8], rule: Rule) -> Option<Limiter> {
     let tat = i128::from(tat_us) * i128::from(rule.limit());
     Limiter::from_parts(
         rule,
-        State::Gcra {
+        State::Gcra(Gcra {
             tat: Wide::new(tat),
-        },
+        }),
     )
     .ok()
 }

@@ -5,7 +5,8 @@
 //! names the window it counted in; a state whose window has passed reads as zero, which is why a
 //! key can expire when its window ends.
 
-use crate::rate::Decision;
+use crate::algorithm::{Algorithm, Decide};
+use crate::decision::Decision;
 use crate::rule::Rule;
 
 /// Start of the window that contains `now_us`.
@@ -31,8 +32,37 @@ impl Fixed {
         };
         (start, count)
     }
+}
 
-    pub fn decide(&self, rule: &Rule, cost: u64, now_us: u64) -> (Decision, Fixed) {
+impl Algorithm for Fixed {
+    fn fresh(_: &Rule) -> Fixed {
+        Fixed::default()
+    }
+
+    /// Why no command could have written this state under `rule`: an admission leaves at most
+    /// `limit` in the window, under the rule it stores.
+    fn refused(&self, rule: &Rule) -> Option<&'static str> {
+        if self.start_us != window_start(self.start_us, rule.period_us()) {
+            Some("window start is not aligned to the period")
+        } else if self.count > rule.limit() {
+            Some("window count is above the limit")
+        } else {
+            None
+        }
+    }
+
+    fn time_floor(&self, _: &Rule) -> u64 {
+        self.start_us
+    }
+
+    /// When the window ends.
+    fn full_at_us(&self, rule: &Rule) -> u64 {
+        self.start_us.saturating_add(rule.period_us())
+    }
+}
+
+impl Decide for Fixed {
+    fn decide(&self, rule: &Rule, cost: u64, now_us: u64) -> (Decision, Fixed) {
         // A clock that stepped back stays in the newest window seen.
         let now_us = now_us.max(self.start_us);
         let (start, count) = self.current(rule, now_us);
@@ -56,25 +86,9 @@ impl Fixed {
         )
     }
 
-    pub fn full_at_us(&self, rule: &Rule) -> u64 {
-        self.start_us.saturating_add(rule.period_us())
-    }
-
-    /// Why no command could have written this state under `rule`: an admission leaves at most
-    /// `limit` in the window, under the rule it stores.
-    pub fn refused(&self, rule: &Rule) -> Option<&'static str> {
-        if self.start_us != window_start(self.start_us, rule.period_us()) {
-            Some("window start is not aligned to the period")
-        } else if self.count > rule.limit() {
-            Some("window count is above the limit")
-        } else {
-            None
-        }
-    }
-
     /// Carries the count of a window that has not ended into the window of `to` that contains
     /// `now_us` (a change of period never forgets spending).
-    pub fn convert(&self, from: &Rule, to: &Rule, now_us: u64) -> Fixed {
+    fn convert(&self, from: &Rule, to: &Rule, now_us: u64) -> Fixed {
         let live = now_us < self.start_us.saturating_add(from.period_us());
         Fixed {
             start_us: window_start(now_us.max(self.start_us), to.period_us()),

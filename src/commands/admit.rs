@@ -4,12 +4,12 @@ use super::reply::int;
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
+use crate::core::ask::Ask;
 use crate::core::error::Error;
 use crate::core::protocol::command;
 use crate::core::protocol::field;
 use crate::core::rate::Decision;
 use crate::core::request::admit::parse_admit;
-use crate::core::rule::{Algo, Rule};
 use crate::stats;
 
 pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
@@ -37,37 +37,33 @@ fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
     let req = parse_admit(rest)?;
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
-    let (algo, rule, cost, dry) = (req.algo, req.rule, req.cost, req.dry_run);
+    let ask = req.ask;
     match req.reserve {
-        None => admit_key(call, &mut key, 1, algo, rule, cost, now, dry),
-        Some(r) => update(call, &mut key, 1, Some((algo, rule)), |l| {
-            let (d, changed) = l.reserve(algo, rule, cost, r.id, r.keep_us, now, dry)?;
+        None => admit_key(call, &mut key, 1, ask, now),
+        Some(r) => update(call, &mut key, 1, Some((ask.algo, ask.rule)), |l| {
+            let (d, changed) = l.reserve_ask(ask, r.id, r.keep_us, now)?;
             let effect = Effect::Reservation {
                 id: r.id,
                 now_us: now,
             };
             Ok((d, changed.then_some(effect)))
         })
-        .map(|d| d.unwrap_or_else(|| Decision::refused(&rule))),
+        .map(|d| d.unwrap_or_else(|| Decision::refused(&ask.rule))),
     }
 }
 
-/// Decides `cost` units on the key at argument `arg` and, when admitted and not `dry`, writes
-/// the new state through the write path.
-#[allow(clippy::too_many_arguments)]
+/// Decides what `ask` asks of the key at argument `arg` and, when admitted and not a dry run,
+/// writes the new state through the write path.
 pub fn admit_key(
     call: &Call<'_>,
     key: &mut Key,
     arg: usize,
-    algo: Algo,
-    rule: Rule,
-    cost: u64,
+    ask: Ask,
     now: u64,
-    dry: bool,
 ) -> Result<Decision, CmdError> {
-    update(call, key, arg, Some((algo, rule)), |l| {
-        let d = l.admit(algo, rule, cost, now, dry)?;
-        Ok((d, (d.allowed && !dry).then_some(Effect::State)))
+    update(call, key, arg, Some((ask.algo, ask.rule)), |l| {
+        let d = l.admit_ask(ask, now)?;
+        Ok((d, (d.allowed && !ask.dry_run).then_some(Effect::State)))
     })
-    .map(|d| d.unwrap_or_else(|| Decision::refused(&rule)))
+    .map(|d| d.unwrap_or_else(|| Decision::refused(&ask.rule)))
 }

@@ -32,14 +32,14 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     ];
     let signed = |v: i128| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
     match limiter.state() {
-        State::Gcra { tat } => {
-            let tat_us = rate::ticks_to_us(&rule, tat.get());
+        State::Gcra(g) => {
+            let tat_us = rate::ticks_to_us(&rule, g.tat.get());
             fields.push(("tat_us", Value::Int(int(tat_us))));
         }
-        State::Bucket { updated_us, level } => {
+        State::Bucket(b) => {
             let token = rate::token(&rule);
-            fields.push(("tokens", signed(level.get().div_euclid(token))));
-            fields.push(("updated_us", Value::Int(int(*updated_us))));
+            fields.push(("tokens", signed(b.level.get().div_euclid(token))));
+            fields.push(("updated_us", Value::Int(int(b.updated_us))));
         }
         State::Window(w) => {
             fields.push(("window_start_ms", Value::Int(int(w.start_us / 1000))));
@@ -67,7 +67,7 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
     if let Some(r) = limiter.reservations() {
         fields.push(("reservations", Value::Int(int(r.live(now) as u64))));
     }
-    if let State::Gcra { .. } | State::Bucket { .. } = limiter.state() {
+    if let State::Gcra(_) | State::Bucket(_) = limiter.state() {
         fields.push(("debt", Value::Int(int(limiter.debt(now)))));
     }
     fields.push(("ttl_ms", ttl.map_or(Value::Int(-1), |t| Value::Int(int(t)))));

@@ -35,7 +35,9 @@ use std::collections::VecDeque;
 
 use smallvec::SmallVec;
 
+use crate::core::bucket::Bucket;
 use crate::core::error::Error;
+use crate::core::gcra::Gcra;
 use crate::core::limiter::{Limiter, State, Wide};
 use crate::core::log::{Entry, Log};
 use crate::core::reservations::{
@@ -90,10 +92,10 @@ fn encode_parts(limiter: &Limiter, with_reservations: bool) -> Encoded {
     out.push(&rule.period_us().to_le_bytes());
     out.push(&rule.burst().to_le_bytes());
     match limiter.state() {
-        State::Gcra { tat } => out.push(&tat.get().to_le_bytes()),
-        State::Bucket { updated_us, level } => {
-            out.push(&updated_us.to_le_bytes());
-            out.push(&level.get().to_le_bytes());
+        State::Gcra(g) => out.push(&g.tat.get().to_le_bytes()),
+        State::Bucket(b) => {
+            out.push(&b.updated_us.to_le_bytes());
+            out.push(&b.level.get().to_le_bytes());
         }
         State::Window(w) => {
             out.push(&w.start_us.to_le_bytes());
@@ -216,13 +218,13 @@ pub fn decode(bytes: &[u8], now_us: Option<u64>) -> Result<Limiter, Error> {
     let rule = Rule::restore(algo, limit, period_us, burst)
         .map_err(|_| Error::BadPayload("parameters out of range"))?;
     let state = match algo {
-        Algo::Gcra => State::Gcra {
+        Algo::Gcra => State::Gcra(Gcra {
             tat: Wide::new(r.i128()?),
-        },
-        Algo::Bucket => State::Bucket {
+        }),
+        Algo::Bucket => State::Bucket(Bucket {
             updated_us: r.u64()?,
             level: Wide::new(r.i128()?),
-        },
+        }),
         Algo::Window => State::Window(Fixed {
             start_us: r.u64()?,
             count: r.u64()?,
@@ -297,6 +299,7 @@ pub fn decode(bytes: &[u8], now_us: Option<u64>) -> Result<Limiter, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ask::Ask;
 
     fn sample(algo: Algo) -> Limiter {
         let burst = matches!(algo, Algo::Gcra | Algo::Bucket).then_some(20);
@@ -312,7 +315,7 @@ mod tests {
                 }
                 Algo::Gcra | Algo::Bucket if i % 3 == 0 => {
                     let id = format!("export-{i}");
-                    l.reserve(algo, rule, 2, id.as_bytes(), 3_600_000_000, now, false)
+                    l.reserve_ask(Ask::new(algo, rule, 2), id.as_bytes(), 3_600_000_000, now)
                         .unwrap();
                     if i == 3 {
                         l.settle(id.as_bytes(), 5, now).unwrap();

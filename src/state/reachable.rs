@@ -9,6 +9,7 @@
 use proptest::prelude::*;
 
 use super::codec::{decode, encode};
+use crate::core::ask::Ask;
 use crate::core::limiter::Limiter;
 use crate::core::reservations::MAX_KEEP_US;
 use crate::core::rule::{
@@ -182,7 +183,7 @@ fn run(family: usize, ops: &[Op]) -> Result<(), TestCaseError> {
                 let (a, r) = pick(rule, rule);
                 let keep = if keep_max { MAX_KEEP_US } else { 1_000 };
                 let id = [b'r', id];
-                let _ = l.reserve(a, r, cost_of(&r, cost), &id, keep, now, false);
+                let _ = l.reserve_ask(Ask::new(a, r, cost_of(&r, cost)), &id, keep, now);
             }
             Op::Settle { id, actual } => {
                 let actual = if actual > 200 {

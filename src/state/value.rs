@@ -114,7 +114,7 @@ impl Compact {
 /// The TAT of a gcra limiter whose TAT fits a [`Compact`] (whatever its reservations).
 fn packable_tat(limiter: &Limiter) -> Option<u128> {
     match limiter.state() {
-        State::Gcra { tat } => u128::try_from(tat.get()).ok().filter(|t| t >> 96 == 0),
+        State::Gcra(g) => u128::try_from(g.tat.get()).ok().filter(|t| t >> 96 == 0),
         _ => None,
     }
 }
@@ -394,6 +394,8 @@ fn replace(key: *mut raw::RedisModuleKey, new: *mut c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::ask::Ask;
+    use crate::core::gcra::Gcra;
     use crate::core::limiter::Wide;
 
     fn rule(limit: u64, burst: u64) -> Rule {
@@ -447,7 +449,7 @@ mod tests {
         assert_eq!(through_raw(&bucket), (bucket.clone(), Form::Full));
         let mut reserved = gcra.clone();
         reserved
-            .reserve(Algo::Gcra, r, 1, b"id", 60_000_000, NOW, false)
+            .reserve_ask(Ask::new(Algo::Gcra, r, 1), b"id", 60_000_000, NOW)
             .unwrap();
         assert_eq!(through_raw(&reserved), (reserved.clone(), Form::Reserved));
         // One reservation in one allocation of the smallest class that holds it.
@@ -456,13 +458,13 @@ mod tests {
         let mut many = reserved.clone();
         for i in 0..crate::core::entries::FEW {
             let id = format!("id-{i}");
-            many.reserve(Algo::Gcra, r, 1, id.as_bytes(), 60_000_000, NOW, false)
+            many.reserve_ask(Ask::new(Algo::Gcra, r, 1), id.as_bytes(), 60_000_000, NOW)
                 .unwrap();
         }
         assert_eq!(through_raw(&many), (many.clone(), Form::Full));
         let mut reserved_bucket = bucket.clone();
         reserved_bucket
-            .reserve(Algo::Bucket, r, 1, b"id", 60_000_000, NOW, false)
+            .reserve_ask(Ask::new(Algo::Bucket, r, 1), b"id", 60_000_000, NOW)
             .unwrap();
         assert_eq!(
             through_raw(&reserved_bucket),
@@ -475,9 +477,9 @@ mod tests {
         let r = rule(1_000_000_000_000_000, 1_000_000_000_000_000);
         let big = Limiter::from_parts(
             r,
-            State::Gcra {
+            State::Gcra(Gcra {
                 tat: Wide::new(1 << 100),
-            },
+            }),
         )
         .unwrap();
         assert_eq!(through_raw(&big), (big.clone(), Form::Full));

@@ -1,17 +1,16 @@
 //! The typed request of `RL.ADMIT`, parsed from the arguments after the key.
 
+use crate::ask::Ask;
 use crate::error::{printable, Error};
 use crate::parse::{parse_duration, parse_id, set_once, RuleOptions};
 use crate::protocol::{command, token};
 use crate::reservations::{DEFAULT_KEEP_US, MAX_KEEP_US};
-use crate::rule::{Algo, Family, Rule};
+use crate::rule::Family;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdmitRequest<'a> {
-    pub algo: Algo,
-    pub rule: Rule,
-    pub cost: u64,
-    pub dry_run: bool,
+    /// The algorithm, rule, cost and dry run.
+    pub ask: Ask,
     pub reserve: Option<Reserve<'a>>,
 }
 
@@ -67,10 +66,12 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error
         return Err(Error::ReserveNeedsRate);
     }
     Ok(AdmitRequest {
-        algo,
-        rule,
-        cost,
-        dry_run,
+        ask: Ask {
+            algo,
+            rule,
+            cost,
+            dry_run,
+        },
         reserve: id.map(|id| Reserve {
             id,
             keep_us: keep.unwrap_or(DEFAULT_KEEP_US),
@@ -81,6 +82,7 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rule::Algo;
 
     fn parse(line: &str) -> Result<AdmitRequest<'static>, Error> {
         let args: Vec<&'static [u8]> = line
@@ -93,21 +95,21 @@ mod tests {
     #[test]
     fn defaults() {
         let r = parse("10 1s").unwrap();
-        assert_eq!(r.algo, Algo::Gcra);
-        assert_eq!(r.rule.limit(), 10);
-        assert_eq!(r.rule.burst(), 10);
-        assert_eq!(r.rule.period_us(), 1_000_000);
-        assert_eq!(r.cost, 1);
-        assert!(!r.dry_run);
+        assert_eq!(r.ask.algo, Algo::Gcra);
+        assert_eq!(r.ask.rule.limit(), 10);
+        assert_eq!(r.ask.rule.burst(), 10);
+        assert_eq!(r.ask.rule.period_us(), 1_000_000);
+        assert_eq!(r.ask.cost, 1);
+        assert!(!r.ask.dry_run);
     }
 
     #[test]
     fn options_in_any_order_and_case() {
         let r = parse("2 1s dryrun algo BUCKET cost 3 Burst 20").unwrap();
-        assert_eq!(r.algo, Algo::Bucket);
-        assert_eq!(r.rule.burst(), 20);
-        assert_eq!(r.cost, 3);
-        assert!(r.dry_run);
+        assert_eq!(r.ask.algo, Algo::Bucket);
+        assert_eq!(r.ask.rule.burst(), 20);
+        assert_eq!(r.ask.cost, 3);
+        assert!(r.ask.dry_run);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use crate::protocol::{command, token};
 use smallvec::SmallVec;
 
+use crate::ask::Ask;
 use crate::error::{printable, Error};
 use crate::parse::{parse_count, set_once, RuleOptions};
 use crate::rule::{Algo, Rule};
@@ -16,6 +17,13 @@ pub struct MultiRule<'a> {
     pub algo: Algo,
     pub rule: Rule,
     pub cost: u64,
+}
+
+impl MultiRule<'_> {
+    /// What this rule asks of its key (whether the call is a dry run is `RL.MULTI`'s, for all).
+    pub fn ask(&self) -> Ask {
+        Ask::new(self.algo, self.rule, self.cost)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

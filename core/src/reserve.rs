@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::limiter::{Limiter, State};
 use crate::rate::{self, Decision};
 use crate::reservations::{sane, Reservation, Reservations, Settlement};
-use crate::rule::{Algo, Family, Rule};
+use crate::rule::Family;
 
 impl Limiter {
     /// Attaches decoded reservations (only gcra and bucket keys take them).
@@ -82,26 +82,6 @@ impl Limiter {
                 .insert(id, r, now_us);
         }
         Ok((d, reserved))
-    }
-
-    /// [`Limiter::reserve_ask`] with the ask's parts one by one, for callers written before
-    /// [`Ask`]; new code passes an `Ask` rather than seven arguments.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reserve(
-        &mut self,
-        algo: Algo,
-        rule: Rule,
-        cost: u64,
-        id: &[u8],
-        keep_us: u64,
-        now_us: u64,
-        dry: bool,
-    ) -> Result<(Decision, bool), Error> {
-        let ask = Ask {
-            dry_run: dry,
-            ..Ask::new(algo, rule, cost)
-        };
-        self.reserve_ask(ask, id, keep_us, now_us)
     }
 
     /// Settles reservation `id` with the `actual` cost: the difference from the estimate is
@@ -356,21 +336,5 @@ mod tests {
             .unwrap();
         assert!(!changed);
         assert_eq!((d.allowed, d.remaining, d.capacity), (true, 5, 5));
-    }
-
-    #[test]
-    fn the_argument_list_form_reserves_as_the_ask_does() {
-        let (mut a, rule) = read_bucket(Algo::Gcra);
-        let mut b = a.clone();
-        for (cost, dry) in [(5, true), (5, false), (30, false)] {
-            let ask = Ask {
-                dry_run: dry,
-                ..Ask::new(Algo::Gcra, rule, cost)
-            };
-            let by_ask = a.reserve_ask(ask, b"r", HOUR, T0);
-            let by_args = b.reserve(Algo::Gcra, rule, cost, b"r", HOUR, T0, dry);
-            assert_eq!(by_ask, by_args);
-            assert_eq!(a, b);
-        }
     }
 }

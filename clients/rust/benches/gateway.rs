@@ -27,8 +27,8 @@ use common::{cmd, Server, TempFile};
 use http::HeaderMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
-use redis_rl_client::gateway::{Decision, RequestParts};
-use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::gateway::PolicyStore;
+use redis_rl_client::gateway::{RequestParts, VerdictKind};
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, RlConnection};
 
 /// A connection that counts what the gateway asked of the store: calls, and the units
@@ -151,7 +151,7 @@ async fn held(gateway: &Gateway<Counting>, leases: &AtomicU64, path: &str) -> u6
     let headers = HeaderMap::new();
     let before = leases.load(Ordering::Relaxed);
     let mut units = 0;
-    while gateway.decide(&request(path, &headers)).await.0.decision == Decision::Admit
+    while gateway.decide(&request(path, &headers)).await.0.kind == VerdictKind::Admit
         && leases.load(Ordering::Relaxed) == before
     {
         units += 1;
@@ -194,10 +194,10 @@ async fn offer(
                     tick.tick().await;
                     for _ in 0..per_tick {
                         let (verdict, _leases) = gateway.decide(&parts).await;
-                        let counter = match verdict.decision {
-                            Decision::Admit => &tally.admitted,
-                            Decision::Refuse => &tally.refused,
-                            Decision::Unavailable => &tally.unavailable,
+                        let counter = match verdict.kind {
+                            VerdictKind::Admit => &tally.admitted,
+                            VerdictKind::Refuse => &tally.refused,
+                            VerdictKind::Unavailable | VerdictKind::Error => &tally.unavailable,
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
                     }

@@ -7,11 +7,74 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
+use rl_engine::wire::command::{self, Acquire, Admit, Grant, Multi};
+pub use rl_engine::wire::reply::{
+    Decision, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
+};
+pub use rl_engine::wire::Error;
+use rl_engine::wire::{reply, Args, Reply};
 
-use crate::command::{self, Acquire, Admit, Grant, Multi};
-use crate::metrics::Metrics;
-use crate::mode::{self, Mode, ModeCell};
-use crate::reply::{self, Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, Settlement};
+use crate::mode::{self, Mode, ModeCell, ModeListener};
+
+/// A `redis` error as one of the client's kinds: `ERR`, `WRONGTYPE` and `CROSSSLOT` replies
+/// are the module's refusals; everything else (I/O, timeouts, `LOADING`, `BUSY`, `OOM`,
+/// `NOPERM`, codes this client does not know) says the store could not answer.
+pub fn error_of(e: &RedisError) -> Error {
+    let refused = match e.kind() {
+        ErrorKind::ResponseError | ErrorKind::CrossSlot => true,
+        // Anything the server sends with a code the crate does not know (BUSY, OOM,
+        // NOPERM...) is an extension error: only WRONGTYPE is a verdict on the request.
+        ErrorKind::ExtensionError => e.code() == Some("WRONGTYPE"),
+        _ => false,
+    };
+    if !refused {
+        return Error::Unavailable(e.to_string());
+    }
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => Error::Refused(format!("{code} {detail}")),
+        (Some(code), None) => Error::Refused(code.to_string()),
+        _ => Error::Refused(e.to_string()),
+    }
+}
+
+/// A reply of the `redis` crate as the engine reads it.
+pub fn reply_of(v: &Value) -> Reply {
+    match v {
+        Value::Nil => Reply::Nil,
+        Value::Int(n) => Reply::Int(*n),
+        Value::BulkString(b) => Reply::Bulk(b.clone()),
+        Value::SimpleString(s) => Reply::Status(s.clone()),
+        Value::Okay => Reply::Status("OK".into()),
+        Value::Array(items) | Value::Set(items) => {
+            Reply::Array(items.iter().map(reply_of).collect())
+        }
+        Value::Map(pairs) => Reply::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (reply_of(k), reply_of(v)))
+                .collect(),
+        ),
+        Value::Boolean(b) => Reply::Int(i64::from(*b)),
+        Value::Double(d) => Reply::Bulk(d.to_string().into_bytes()),
+        Value::VerbatimString { text, .. } => Reply::Bulk(text.clone().into_bytes()),
+        Value::BigNumber(n) => Reply::Bulk(n.to_string().into_bytes()),
+        Value::Attribute { data, .. } => reply_of(data),
+        Value::ServerError(e) => Reply::Error(match (e.code(), e.details()) {
+            (code, Some(detail)) => format!("{code} {detail}"),
+            (code, None) => code.to_string(),
+        }),
+        Value::Push { data, .. } => Reply::Array(data.iter().map(reply_of).collect()),
+    }
+}
+
+/// The command as the `redis` crate sends it.
+pub fn cmd_of<A: AsRef<[u8]>>(args: &[A]) -> Cmd {
+    let mut cmd = Cmd::new();
+    for a in args {
+        cmd.arg(a.as_ref());
+    }
+    cmd
+}
 
 /// A connection `Rl` can send on. Single-key commands go through `ConnectionLike` (a cluster
 /// connection routes them by their key, argument 1); only `RL.MULTI`, whose argument 1 is
@@ -70,14 +133,16 @@ impl<C: RlConnection> Rl<C> {
         self.detect(None).await
     }
 
-    /// Reports the mode in force and its every change to `metrics` (`rl_gateway_store_mode`).
-    pub fn report_mode_to(&self, metrics: &Arc<Metrics>) {
-        self.mode.observe(metrics);
+    /// Calls `listener` with the mode in force once detected, and at its every change (a
+    /// gateway reports it as `rl_gateway_store_mode`).
+    pub fn on_mode(&self, listener: impl Fn(Mode) + Send + Sync + 'static) {
+        let listener: ModeListener = Arc::new(listener);
+        self.mode.subscribe(listener);
     }
 
     async fn detect(&self, slot: Option<u16>) -> Result<Mode, Error> {
         let probe = mode::probe();
-        let reply = self.raw(&probe, slot).await?;
+        let reply = self.raw(&probe, slot).await.map_err(|e| error_of(&e))?;
         let mode = mode::mode_of_probe(&reply)?;
         self.mode.set(mode);
         Ok(mode)
@@ -100,52 +165,73 @@ impl<C: RlConnection> Rl<C> {
 
     /// Sends the native command `cmd` in the mode in force, to the primary serving `slot` (on a
     /// cluster; elsewhere there is one server).
-    async fn call_at(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {
+    async fn call_at(&self, args: &Args, slot: Option<u16>) -> Result<Value, Error> {
         let mode = match self.mode.get() {
             Some(mode) => mode,
             None => self.detect(slot).await?,
         };
+        let cmd = cmd_of(args.as_slice());
+        let redis = |e: RedisError| error_of(&e);
         match mode {
-            Mode::Module => match self.raw(cmd, slot).await {
+            Mode::Module => match self.raw(&cmd, slot).await {
                 // A failover or a restart onto a server without the module.
                 Err(e) if is_unknown_command(&e) => match self.detect(slot).await? {
-                    Mode::Script => self.script(cmd, slot).await,
-                    Mode::Module => Err(e.into()),
+                    Mode::Script => self.script(args, slot).await,
+                    Mode::Module => Err(redis(e)),
                 },
-                other => Ok(other?),
+                other => other.map_err(redis),
             },
-            Mode::Script => self.script(cmd, slot).await,
+            Mode::Script => self.script(args, slot).await,
         }
     }
 
     /// A command whose key is argument 1. Its slot is given explicitly, because in script mode
     /// the `COMMAND INFO` and the `SCRIPT LOAD` it may need must go where the key lives too.
-    async fn call(&self, cmd: &Cmd) -> Result<Value, Error> {
-        let slot = match cmd.args_iter().nth(1) {
-            Some(redis::Arg::Simple(key)) => Some(get_slot(key)),
-            _ => None,
-        };
-        self.call_at(cmd, slot).await
+    async fn call(&self, args: &Args) -> Result<Value, Error> {
+        let slot = args.as_slice().get(1).map(|key| get_slot(key));
+        self.call_at(args, slot).await
     }
 
-    async fn script(&self, cmd: &Cmd, slot: Option<u16>) -> Result<Value, Error> {
-        let call = mode::script_call(cmd)?;
+    /// Any command the engine asks for: `RL.*` in the mode in force, to the primary of
+    /// `key`'s slot; `WAIT` as it is, on the connection (and node) that carried the writes.
+    pub async fn send(&self, args: &Args, key: &[u8]) -> Result<Value, Error> {
+        let slot = get_slot(key);
+        if args
+            .as_slice()
+            .first()
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"WAIT"))
+        {
+            let mut conn = self.conn.clone();
+            return conn
+                .send_to_slot(&cmd_of(args.as_slice()), slot)
+                .await
+                .map_err(|e| error_of(&e));
+        }
+        self.call_at(args, Some(slot)).await
+    }
+
+    async fn script(&self, args: &Args, slot: Option<u16>) -> Result<Value, Error> {
+        let call = cmd_of(&args.encode(Mode::Script)?);
+        let redis = |e: RedisError| error_of(&e);
         match self.raw(&call, slot).await {
             // The script cache is empty after a restart or a failover, and the server may have
             // the module by now.
             Err(e) if e.kind() == ErrorKind::NoScriptError => {
                 if self.detect(slot).await? == Mode::Module {
-                    return Ok(self.raw(cmd, slot).await?);
+                    return self
+                        .raw(&cmd_of(args.as_slice()), slot)
+                        .await
+                        .map_err(redis);
                 }
-                self.raw(&mode::script_load(), slot).await?;
-                Ok(self.raw(&call, slot).await?)
+                self.raw(&mode::script_load(), slot).await.map_err(redis)?;
+                self.raw(&call, slot).await.map_err(redis)
             }
-            other => Ok(other?),
+            other => other.map_err(redis),
         }
     }
 
     pub async fn admit(&self, request: &Admit) -> Result<Decision, Error> {
-        reply::decision(&self.call(&request.to_cmd()?).await?)
+        reply::decision(&reply_of(&self.call(&request.args()?).await?))
     }
 
     /// Refuses, before any round trip, keys that do not share one cluster slot (they would be
@@ -153,28 +239,28 @@ impl<C: RlConnection> Rl<C> {
     /// works only until the store is sharded is a trap).
     pub async fn multi(&self, request: &Multi) -> Result<MultiDecision, Error> {
         let slot = one_slot(request)?;
-        let value = self.call_at(&request.to_cmd()?, Some(slot)).await?;
-        reply::multi_decision(&value)
+        let value = self.call_at(&request.args()?, Some(slot)).await?;
+        reply::multi_decision(&reply_of(&value))
     }
 
     pub async fn grant(&self, request: &Grant) -> Result<GrantReply, Error> {
-        reply::grant(&self.call(&request.to_cmd()?).await?)
+        reply::grant(&reply_of(&self.call(&request.args()?).await?))
     }
 
     pub async fn acquire(&self, request: &Acquire) -> Result<Lease, Error> {
-        reply::lease(&self.call(&request.to_cmd()?).await?)
+        reply::lease(&reply_of(&self.call(&request.args()?).await?))
     }
 
     /// True when released; false when the holder did not hold a slot.
     pub async fn release(&self, key: &[u8], holder: &[u8]) -> Result<bool, Error> {
         let value = self.call(&command::release(key, holder)).await?;
-        reply::held(&value, "RL.RELEASE")
+        reply::held(&reply_of(&value), "RL.RELEASE")
     }
 
     /// True when renewed; false when not held (acquire again: the slot may be someone else's).
     pub async fn renew(&self, key: &[u8], holder: &[u8], lease: Duration) -> Result<bool, Error> {
         let value = self.call(&command::renew(key, holder, lease)?).await?;
-        reply::held(&value, "RL.RENEW")
+        reply::held(&reply_of(&value), "RL.RENEW")
     }
 
     /// `None` when there was nothing to settle (unknown, refused or forgotten `id`).
@@ -184,7 +270,9 @@ impl<C: RlConnection> Rl<C> {
         id: &[u8],
         actual: u64,
     ) -> Result<Option<Settlement>, Error> {
-        reply::settlement(&self.call(&command::settle(key, id, actual)).await?)
+        reply::settlement(&reply_of(
+            &self.call(&command::settle(key, id, actual)).await?,
+        ))
     }
 
     /// `WAIT replicas timeout` on the connection that carried this client's writes to `key`
@@ -203,15 +291,19 @@ impl<C: RlConnection> Rl<C> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(ms);
         let mut conn = self.conn.clone();
-        match conn.send_to_slot(&cmd, get_slot(key)).await? {
+        match conn
+            .send_to_slot(&cmd, get_slot(key))
+            .await
+            .map_err(|e| error_of(&e))?
+        {
             Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
-            other => Err(Error::UnexpectedReply(format!("WAIT replied {other:?}"))),
+            other => Err(Error::Unexpected(format!("WAIT replied {other:?}"))),
         }
     }
 
     /// `None` for a key that does not exist.
     pub async fn info(&self, key: &[u8]) -> Result<Option<KeyInfo>, Error> {
-        reply::key_info(&self.call(&command::info(key)).await?)
+        reply::key_info(&reply_of(&self.call(&command::info(key)).await?))
     }
 }
 
@@ -240,7 +332,7 @@ pub fn one_slot(request: &Multi) -> Result<u16, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::MultiRule;
+    use rl_engine::wire::command::MultiRule;
 
     fn multi(keys: &[&str]) -> Multi {
         Multi::new(

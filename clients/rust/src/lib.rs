@@ -1,4 +1,8 @@
-//! Client for the redis-rl module: typed commands, and the gateway of `CLIENTS.md`.
+//! Client for the redis-rl module: typed commands over the `redis` crate ([`Rl`]), and with the
+//! `gateway` feature (on by default) the gateway of `clients/CONTRACT.md` as tower middleware,
+//! a driver of the engine in `redis-rl-engine` ([`Gateway`], [`RateLimitLayer`],
+//! [`ConcurrencyLimitLayer`]). A user who only calls [`Rl`] turns the feature off and compiles
+//! no HTTP stack.
 
 // Replies and requests come from servers and callers: a gateway must answer, not panic.
 #![cfg_attr(
@@ -11,31 +15,26 @@
     )
 )]
 
-pub mod cache;
 pub mod client;
-pub mod command;
-pub mod concurrency;
+#[cfg(feature = "gateway")]
 pub mod gateway;
-pub mod headers;
-pub mod layer;
-pub mod metrics;
 pub mod mode;
-pub mod policy;
-pub mod posture;
-pub mod problem;
-pub mod reply;
-pub mod retry;
 
-pub use client::{Rl, RlConnection};
-pub use command::{Acquire, Admit, Grant, Multi, MultiRule};
-pub use concurrency::ConcurrencyLimitLayer;
-pub use gateway::{Caller, Gateway, Verdict};
-pub use layer::RateLimitLayer;
-pub use mode::Mode;
-pub use reply::{
-    Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
+pub use client::{
+    Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, Rl, RlConnection, RuleOutcome,
+    Settlement,
 };
+#[cfg(feature = "gateway")]
+pub use gateway::{
+    concurrency::ConcurrencyLimitLayer, layer::RateLimitLayer, Caller, Gateway, Verdict,
+};
+pub use mode::Mode;
 pub use rl_core::rule::Algo;
+/// The engine every gateway face drives.
+pub use rl_engine as engine;
+/// Typed requests, one per command, built into the exact arguments of `commands.md`.
+pub use rl_engine::wire::command;
+pub use rl_engine::wire::command::{Acquire, Admit, Grant, Multi, MultiRule};
 
 // The README's examples are compiled with the crate's doc tests, so they cannot rot.
 #[cfg(doctest)]

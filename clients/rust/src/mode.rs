@@ -1,56 +1,34 @@
 //! Which implementation of the commands the store runs (`clients/SPEC.md` section 5): the
 //! module's native commands, or the same commands as one Lua script on plain Redis types where
 //! the module cannot be loaded. The client finds out by itself, so an application runs on
-//! either server unchanged.
+//! either server unchanged, and tells whoever subscribed when the mode changes.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use redis::{Arg, Cmd, Value};
+use redis::{Cmd, Value};
+pub use rl_engine::wire::{script_sha, Mode, SCRIPT};
 
-use crate::metrics::{Event, Metrics};
-use crate::reply::Error;
-
-/// The script the client ships, loaded with `SCRIPT LOAD` when the server lacks it.
-pub const SCRIPT: &str = include_str!("../../scripts/rl.lua");
-
-/// Its SHA1, from the text itself, so it cannot drift from a hard-coded copy.
-static SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(SCRIPT).get_hash().to_string());
+use crate::client::Error;
 
 /// Where the tracing event that names the mode goes, once per change.
 pub const MODE_LOG: &str = "redis_rl_client::mode";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
-    /// The module is loaded: native commands.
-    Module,
-    /// It is not: `EVALSHA` of [`SCRIPT`].
-    Script,
+/// Called with the mode in force when it is detected and at every change.
+pub type ModeListener = Arc<dyn Fn(Mode) + Send + Sync>;
+
+fn code(mode: Mode) -> u8 {
+    match mode {
+        Mode::Module => 1,
+        Mode::Script => 2,
+    }
 }
 
-impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Module, Mode::Script];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Module => "module",
-            Mode::Script => "script",
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Mode::Module => 1,
-            Mode::Script => 2,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<Mode> {
-        match code {
-            1 => Some(Mode::Module),
-            2 => Some(Mode::Script),
-            _ => None,
-        }
+fn from_code(code: u8) -> Option<Mode> {
+    match code {
+        1 => Some(Mode::Module),
+        2 => Some(Mode::Script),
+        _ => None,
     }
 }
 
@@ -58,18 +36,17 @@ impl Mode {
 #[derive(Default)]
 pub(crate) struct ModeCell {
     mode: AtomicU8,
-    // Weak, so a gateway that is dropped does not stay alive through the client it used.
-    observers: Mutex<Vec<Weak<Metrics>>>,
+    listeners: Mutex<Vec<ModeListener>>,
 }
 
 impl ModeCell {
     pub(crate) fn get(&self) -> Option<Mode> {
-        Mode::from_code(self.mode.load(Ordering::Acquire))
+        from_code(self.mode.load(Ordering::Acquire))
     }
 
-    /// Records the detected mode; logs and reports it only when it changed.
+    /// Records the detected mode; logs it and tells the listeners only when it changed.
     pub(crate) fn set(&self, mode: Mode) {
-        if self.mode.swap(mode.code(), Ordering::AcqRel) == mode.code() {
+        if self.mode.swap(code(mode), Ordering::AcqRel) == code(mode) {
             return;
         }
         tracing::info!(
@@ -78,27 +55,22 @@ impl ModeCell {
             "redis-rl runs in {} mode",
             mode.name()
         );
-        for metrics in self.observers() {
-            metrics.record(Event::StoreMode(mode));
+        let listeners: Vec<ModeListener> = self.lock().clone();
+        for listener in listeners {
+            listener(mode);
         }
     }
 
-    /// `metrics` hears of every change from now on, and of the mode in force already.
-    pub(crate) fn observe(&self, metrics: &Arc<Metrics>) {
-        self.lock().push(Arc::downgrade(metrics));
+    /// `listener` hears of every change from now on, and of the mode in force already.
+    pub(crate) fn subscribe(&self, listener: ModeListener) {
         if let Some(mode) = self.get() {
-            metrics.record(Event::StoreMode(mode));
+            listener(mode);
         }
+        self.lock().push(listener);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Metrics>>> {
-        self.observers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn observers(&self) -> Vec<Arc<Metrics>> {
-        let mut list = self.lock();
-        list.retain(|w| w.strong_count() > 0);
-        list.iter().filter_map(Weak::upgrade).collect()
+    fn lock(&self) -> MutexGuard<'_, Vec<ModeListener>> {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -114,13 +86,9 @@ pub(crate) fn mode_of_probe(reply: &Value) -> Result<Mode, Error> {
         Value::Array(entries) => match entries.first() {
             Some(Value::Nil) => Ok(Mode::Script),
             Some(_) => Ok(Mode::Module),
-            None => Err(Error::UnexpectedReply(
-                "COMMAND INFO replied nothing".into(),
-            )),
+            None => Err(Error::Unexpected("COMMAND INFO replied nothing".into())),
         },
-        other => Err(Error::UnexpectedReply(format!(
-            "COMMAND INFO replied {other:?}"
-        ))),
+        other => Err(Error::Unexpected(format!("COMMAND INFO replied {other:?}"))),
     }
 }
 
@@ -130,81 +98,9 @@ pub(crate) fn script_load() -> Cmd {
     cmd
 }
 
-/// The script call standing for the native command `cmd`: `EVALSHA sha M k1..kM NAME args...`,
-/// the keys being argument 1, or for `RL.MULTI` the `numkeys` arguments after `numkeys`.
-pub fn script_call(cmd: &Cmd) -> Result<Cmd, Error> {
-    let args: Vec<&[u8]> = cmd
-        .args_iter()
-        .filter_map(|a| match a {
-            Arg::Simple(bytes) => Some(bytes),
-            Arg::Cursor => None,
-        })
-        .collect();
-    let Some((name, rest)) = args.split_first() else {
-        return Err(Error::InvalidRequest("an empty command".into()));
-    };
-    let keys: &[&[u8]] = if name.eq_ignore_ascii_case(b"RL.MULTI") {
-        let numkeys = rest
-            .first()
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| Error::InvalidRequest("RL.MULTI without numkeys".into()))?;
-        rest.get(1..numkeys.saturating_add(1))
-            .ok_or_else(|| Error::InvalidRequest("RL.MULTI with fewer keys than numkeys".into()))?
-    } else {
-        rest.get(..1).unwrap_or_default()
-    };
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(SHA.as_str()).arg(keys.len());
-    for key in keys {
-        call.arg(*key);
-    }
-    for arg in &args {
-        call.arg(*arg);
-    }
-    Ok(call)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn words(cmd: &Cmd) -> Vec<String> {
-        cmd.args_iter()
-            .map(|a| match a {
-                Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                Arg::Cursor => unreachable!(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_script_call_declares_the_keys_and_keeps_the_arguments() {
-        let mut admit = redis::cmd("RL.ADMIT");
-        admit.arg("user:17").arg(2).arg("1s");
-        assert_eq!(
-            words(&script_call(&admit).unwrap()),
-            ["EVALSHA", &SHA, "1", "user:17", "RL.ADMIT", "user:17", "2", "1s"]
-        );
-        let mut multi = redis::cmd("RL.MULTI");
-        multi
-            .arg(2)
-            .arg("{t}:a")
-            .arg("{t}:b")
-            .arg("u")
-            .arg(1)
-            .arg("1s");
-        assert_eq!(
-            words(&script_call(&multi).unwrap()),
-            [
-                "EVALSHA", &SHA, "2", "{t}:a", "{t}:b", "RL.MULTI", "2", "{t}:a", "{t}:b", "u",
-                "1", "1s"
-            ]
-        );
-        let mut short = redis::cmd("RL.MULTI");
-        short.arg(3).arg("a");
-        assert!(matches!(script_call(&short), Err(Error::InvalidRequest(_))));
-    }
 
     #[test]
     fn the_probe_reply_names_the_mode() {
@@ -217,5 +113,21 @@ mod tests {
             Mode::Module
         );
         assert!(mode_of_probe(&Value::Int(1)).is_err());
+    }
+
+    #[test]
+    fn listeners_hear_each_change_once() {
+        let cell = ModeCell::default();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = Arc::clone(&heard);
+        cell.subscribe(Arc::new(move |m| h.lock().unwrap().push(m)));
+        cell.set(Mode::Script);
+        cell.set(Mode::Script);
+        cell.set(Mode::Module);
+        assert_eq!(*heard.lock().unwrap(), [Mode::Script, Mode::Module]);
+        let late = Arc::new(Mutex::new(Vec::new()));
+        let l = Arc::clone(&late);
+        cell.subscribe(Arc::new(move |m| l.lock().unwrap().push(m)));
+        assert_eq!(*late.lock().unwrap(), [Mode::Module]);
     }
 }

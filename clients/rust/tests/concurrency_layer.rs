@@ -13,8 +13,8 @@ use axum::routing::get;
 use axum::Router;
 use common::Server;
 use redis::aio::ConnectionManager;
-use redis_rl_client::concurrency::WhenUnavailable;
-use redis_rl_client::metrics::Metrics;
+use redis_rl_client::engine::metrics::Metrics;
+use redis_rl_client::gateway::concurrency::WhenUnavailable;
 use redis_rl_client::{ConcurrencyLimitLayer, Rl};
 
 async fn rl(port: u16) -> Rl<ConnectionManager> {

@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use common::{cmd, Server, TempFile};
 use redis::aio::MultiplexedConnection;
-use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, Verdict};
 
 const POLICY: &str = r#"{
@@ -39,7 +39,7 @@ const POLICY: &str = r#"{
 
 /// The handler reports how the gateway admitted it, from the request's extensions.
 async fn handler(Extension(verdict): Extension<Verdict>) -> String {
-    format!("{:?} v{}", verdict.decision, verdict.policy_version)
+    format!("{:?} v{}", verdict.kind, verdict.policy_version)
 }
 
 /// Answers after `?ms=N` milliseconds, holding the request's semaphore slots meanwhile, and

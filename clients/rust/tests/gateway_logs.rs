@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use common::{Server, TempFile};
 use http::HeaderMap;
-use redis_rl_client::gateway::{Decision, RequestParts};
-use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::gateway::PolicyStore;
+use redis_rl_client::gateway::{RequestParts, VerdictKind};
 use redis_rl_client::{Gateway, Rl};
 use support::Captured;
 
@@ -28,7 +28,7 @@ const POLICY: &str = r#"{
   "store": {"timeout": "200ms", "breaker": {"failures": 100, "open": "1s"}}
 }"#;
 
-async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> Decision {
+async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> VerdictKind {
     let mut headers = HeaderMap::new();
     headers.insert("x-user", "ann-4711".parse().unwrap());
     let parts = RequestParts {
@@ -38,7 +38,7 @@ async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> Decisio
         peer: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         caller: None,
     };
-    gateway.decide(&parts).await.0.decision
+    gateway.decide(&parts).await.0.kind
 }
 
 // One thread, so the subscriber set for the test sees every event of the gateway.
@@ -56,7 +56,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
     let none = Gateway::new(rl, store(), Arc::default()).with_decision_log_sample(0.0);
 
     // Sampled: the first request is admitted, and so by its shadow rule (1 per hour).
-    assert_eq!(decide(&all).await, Decision::Admit);
+    assert_eq!(decide(&all).await, VerdictKind::Admit);
     let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 1, "{lines:?}");
     for part in [
@@ -70,7 +70,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
         assert!(lines[0].contains(part), "{part} missing from {}", lines[0]);
     }
     // Not sampled: the second is admitted, unlogged, but its shadow rule's refusal is logged.
-    assert_eq!(decide(&none).await, Decision::Admit);
+    assert_eq!(decide(&none).await, VerdictKind::Admit);
     let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
@@ -82,7 +82,7 @@ async fn a_sample_of_decisions_and_every_shadow_refusal_and_open_admission_are_l
 
     // The store gone, the route allows: logged every time, as a warning.
     drop(server);
-    assert_eq!(decide(&none).await, Decision::Unavailable);
+    assert_eq!(decide(&none).await, VerdictKind::Unavailable);
     let lines = captured.lines_of("redis_rl_client::decision");
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines[2].contains("WARN"), "{}", lines[2]);

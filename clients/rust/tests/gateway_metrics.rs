@@ -1,8 +1,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis_rl_client::metrics::{escape, CallResult, Event, Metrics, MetricsHook, Outcome};
-use redis_rl_client::posture::BreakerState;
+use redis_rl_client::engine::breaker::BreakerState;
+use redis_rl_client::engine::metrics::{escape, CallResult, Event, Metrics, MetricsHook, Outcome};
 use redis_rl_client::Mode;
 
 #[derive(Default)]
@@ -168,7 +168,7 @@ fn every_outcome_has_its_contract_name_and_escaping_is_exact() {
 
 #[test]
 fn a_loaded_policy_sets_its_version_and_route_modes() {
-    let policy = redis_rl_client::policy::Policy::from_json(
+    let policy = redis_rl_client::engine::policy::Policy::from_json(
         r#"{"version": 12,
             "rules": {"r": {"key": "k:${user}", "limit": 5, "period": "1s"}},
             "routes": [

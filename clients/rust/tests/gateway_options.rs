@@ -14,7 +14,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use common::{cmd, digest, info_field, wait_for_sync, Server, TempFile};
 use redis::aio::MultiplexedConnection;
-use redis_rl_client::policy::PolicyStore;
+use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Caller, Gateway, RateLimitLayer, Rl};
 
 fn exists(server: &Server, key: &str) -> bool {

@@ -2,7 +2,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use redis_rl_client::retry::{
+use redis_rl_client::gateway::retry::{
     is_idempotent, new_idempotency_key, parse_retry_after, Attempt, Reply, Retry,
 };
 use tokio::time::Instant;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{cmd, Server};
 use redis::aio::ConnectionManager;
-use redis_rl_client::metrics::Metrics;
+use redis_rl_client::engine::metrics::{Event, Metrics};
 use redis_rl_client::mode::SCRIPT;
 use redis_rl_client::{Admit, Decision, Error, Mode, Multi, MultiRule, Rl};
 use support::Captured;
@@ -61,7 +61,8 @@ async fn without_the_module_the_client_runs_the_script_and_says_so_once() {
     let server = Server::start_plain(&[]);
     let rl = Rl::new(manager(&server).await);
     let metrics = Arc::new(Metrics::default());
-    rl.report_mode_to(&metrics);
+    let reported = Arc::clone(&metrics);
+    rl.on_mode(move |mode| reported.record(Event::StoreMode(mode)));
     assert_eq!(rl.mode(), None);
     assert!(
         !metrics.render().contains("rl_gateway_store_mode{"),

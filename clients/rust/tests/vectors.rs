@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Value};
-use redis_rl_client::headers::{self, Outcome, RuleSpec};
-use redis_rl_client::mode::script_call;
+use redis_rl_client::client::{cmd_of, error_of};
+use redis_rl_client::engine::headers::{self, HeaderOutcome as Outcome, HeaderRule as RuleSpec};
+use redis_rl_client::engine::wire::Args;
+use redis_rl_client::Mode;
 use redis_rl_client::{Acquire, Admit, Algo, Error, Grant, Multi, MultiRule, Rl};
 use serde_json::{json, Value as J};
 
@@ -185,13 +187,17 @@ fn acquire_of(req: &J) -> Acquire {
 
 /// The command the typed API builds for `req`.
 fn build(req: &J) -> Result<Cmd, Error> {
+    build_args(req).map(|a| cmd_of(a.as_slice()))
+}
+
+fn build_args(req: &J) -> Result<Args, Error> {
     use redis_rl_client::command;
     let key = || s(req, "key").into_bytes();
     match req["type"].as_str().unwrap() {
-        "admit" => admit_of(req).to_cmd(),
-        "multi" => multi_of(req).to_cmd(),
-        "grant" => grant_of(req).to_cmd(),
-        "acquire" => acquire_of(req).to_cmd(),
+        "admit" => admit_of(req).args(),
+        "multi" => multi_of(req).args(),
+        "grant" => grant_of(req).args(),
+        "acquire" => acquire_of(req).args(),
         "release" => Ok(command::release(&key(), s(req, "holder").as_bytes())),
         "renew" => command::renew(
             &key(),
@@ -372,7 +378,18 @@ fn as_sent(cmd: Cmd) -> Cmd {
         .next()
         .is_some_and(|name| matches!(name, redis::Arg::Simple(n) if n.starts_with(b"RL.")));
     if common::script_mode() && ours {
-        script_call(&cmd).unwrap()
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(b.to_vec()),
+                redis::Arg::Cursor => None,
+            })
+            .collect();
+        let mut native = Args::new(&String::from_utf8_lossy(&args[0]));
+        for a in &args[1..] {
+            native.arg(a.as_slice());
+        }
+        cmd_of(&native.encode(Mode::Script).unwrap())
     } else {
         cmd
     }
@@ -434,7 +451,7 @@ async fn run_vector(server: &common::Server, resp3: bool, vector: &J) {
     };
     match v.get("error") {
         Some(text) => {
-            let e = Error::from(raw.expect_err(name));
+            let e = error_of(&raw.expect_err(name));
             assert!(
                 matches!(&e, Error::Refused(t) if t == text.as_str().unwrap()),
                 "{name} ({proto}): {e:?}"

@@ -4,15 +4,21 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use std::io::Write;
+#[cfg(feature = "gateway")]
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "gateway")]
 use axum::Router;
+#[cfg(feature = "gateway")]
 use redis::aio::MultiplexedConnection;
-use redis_rl_client::policy::PolicyStore;
+#[cfg(feature = "gateway")]
+use redis_rl_client::gateway::PolicyStore;
+#[cfg(feature = "gateway")]
 use redis_rl_client::{Gateway, Rl};
 
 /// Serves `app` (with the peer address `${ip}` needs) on 127.0.0.1; returns its base URL.
+#[cfg(feature = "gateway")]
 pub async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -28,6 +34,7 @@ pub async fn serve(app: Router) -> String {
 }
 
 /// A gateway deciding by the policy in `file`, on a multiplexed connection to `port`.
+#[cfg(feature = "gateway")]
 pub async fn gateway(port: u16, file: &std::path::Path) -> Arc<Gateway<MultiplexedConnection>> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let conn = client.get_multiplexed_async_connection().await.unwrap();

@@ -14,21 +14,19 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{Request, Response};
+use rl_core::rule::{MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+use rl_engine::headers::{self, HeaderOutcome, HeaderRule};
+use rl_engine::metrics::{CallResult, Event, Metrics, Outcome};
+use rl_engine::problem;
+use rl_engine::wire::command::{duration_arg, Acquire};
+use rl_engine::{Lease, Verdict, VerdictKind};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::client::{Rl, RlConnection};
-use crate::command::{duration_arg, Acquire};
-use crate::gateway::leases::{new_holder, Held, Leases};
-use crate::gateway::{Decision, Verdict, RETRY_AFTER};
-use crate::headers::{self, Outcome as HeaderOutcome, RuleSpec as HeaderRule};
-use crate::layer::{answer, guard, set_headers, take_ready};
-use crate::metrics::{CallResult, Event, Metrics, Outcome};
-use crate::posture::{with_deadline, StoreFailure};
-use crate::problem;
-use crate::reply::Error;
-use rl_core::rule::{MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
+use super::layer::{answer, guard, set_headers, take_ready};
+use super::{Leases, RETRY_AFTER};
+use crate::client::{Error, Rl, RlConnection};
 
 /// The key of a request's semaphore, possibly looked up asynchronously; `None` leaves the
 /// request unlimited.
@@ -126,7 +124,7 @@ impl<C: RlConnection + 'static> ConcurrencyLimitLayer<C> {
 
     /// Counts decisions (route and rule are both the limit's name) and store calls here.
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> ConcurrencyLimitLayer<C> {
-        self.limit.rl.report_mode_to(&metrics);
+        super::report_mode(&self.limit.rl, &metrics);
         Arc::make_mut(&mut self.limit).metrics = metrics;
         self
     }
@@ -217,40 +215,50 @@ impl<C: RlConnection + 'static> Limit<C> {
     async fn decide(&self, key: String) -> (Verdict, Option<Leases<C>>) {
         let started = Instant::now();
         // Chosen here, so that a slot whose reply is lost can still be released.
-        let holder = new_holder();
+        let holder = format!("{:016x}", fastrand::u64(..)).into_bytes();
         let acquire =
             Acquire::new(key.as_bytes(), self.capacity, self.lease).holder(holder.clone());
-        let asked = with_deadline(self.timeout, self.rl.acquire(&acquire)).await;
+        let asked = tokio::time::timeout(self.timeout, self.rl.acquire(&acquire)).await;
         let result = match &asked {
-            Ok(_) => CallResult::Ok,
-            Err(StoreFailure::Timeout) => CallResult::Timeout,
-            Err(StoreFailure::Error(_)) => CallResult::Error,
+            Ok(Ok(_)) => CallResult::Ok,
+            Err(_) => CallResult::Timeout,
+            Ok(Err(_)) => CallResult::Error,
         };
         self.metrics.record(Event::StoreCall {
             result,
             latency: started.elapsed(),
         });
         let mut verdict = Verdict {
-            decision: Decision::Admit,
+            kind: VerdictKind::Admit,
             outcome: Some(Outcome::Admit),
             status: None,
             headers: Vec::new(),
             problem: None,
             route: Some(self.name.clone()),
             policy_version: 0,
+            background: Vec::new(),
+            log: Vec::new(),
+        };
+        let slot = |key: String, holder: Vec<u8>| {
+            let lease = Lease::slot(key.into_bytes(), holder, self.lease);
+            Leases::new(self.rl.clone(), lease, super::now())
         };
         let lease = match asked {
-            Ok(lease) => lease,
-            Err(_) => {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(Error::Refused(_) | Error::Unexpected(_) | Error::InvalidRequest(_))) => {
+                // The module refused the call: a bug in the deployment, never the posture.
+                self.count(Outcome::Error);
+                verdict.kind = VerdictKind::Error;
+                verdict.outcome = Some(Outcome::Error);
+                verdict.status = Some(500);
+                verdict.problem = Some(problem::store_refused(""));
+                return (verdict, None);
+            }
+            Ok(Err(Error::Unavailable(_))) | Err(_) => {
                 // The acquisition may have reached the server after all: give its slot back
                 // (dropping these leases releases it) rather than hold it for a whole lease.
-                let late = Held {
-                    key: key.into_bytes(),
-                    holder,
-                    lease: self.lease,
-                };
-                drop(Leases::new(self.rl.clone(), vec![late], Vec::new()));
-                verdict.decision = Decision::Unavailable;
+                drop(slot(key, holder));
+                verdict.kind = VerdictKind::Unavailable;
                 if self.unavailable == WhenUnavailable::Allow {
                     self.count(Outcome::OpenAdmit);
                     verdict.outcome = Some(Outcome::OpenAdmit);
@@ -273,7 +281,7 @@ impl<C: RlConnection + 'static> Limit<C> {
         verdict.headers = headers::render(&[(self.spec(), outcome)], false);
         if !lease.acquired {
             self.count(Outcome::Refuse);
-            verdict.decision = Decision::Refuse;
+            verdict.kind = VerdictKind::Refuse;
             verdict.outcome = Some(Outcome::Refuse);
             verdict.status = Some(429);
             verdict.problem = Some(problem::too_many_requests(&[self.name.as_str()]));
@@ -282,12 +290,6 @@ impl<C: RlConnection + 'static> Limit<C> {
             return (verdict, None);
         }
         self.count(Outcome::Admit);
-        let held = Held {
-            key: key.into_bytes(),
-            holder,
-            lease: self.lease,
-        };
-        let leases = Leases::new(self.rl.clone(), vec![held], Vec::new());
-        (verdict, Some(leases))
+        (verdict, Some(slot(key, holder)))
     }
 }

@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use redis::Cmd;
 use rl_core::protocol::{command, token};
 use rl_core::rule::Algo;
 
-use crate::reply::Error;
+use super::{Args, Error};
 
 /// `RL.ADMIT key limit period [BURST] [COST] [ALGO] [DRYRUN] [RESERVE id [KEEP]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +63,8 @@ impl Admit {
         self
     }
 
-    pub fn to_cmd(&self) -> Result<Cmd, Error> {
-        let mut cmd = redis::cmd(command::ADMIT);
+    pub fn args(&self) -> Result<Args, Error> {
+        let mut cmd = Args::new(command::ADMIT);
         cmd.arg(&self.key)
             .arg(self.limit)
             .arg(duration_arg(self.period, "period")?);
@@ -154,8 +153,8 @@ impl Multi {
         self.rules.iter().map(|r| r.key.as_slice())
     }
 
-    pub fn to_cmd(&self) -> Result<Cmd, Error> {
-        let mut cmd = redis::cmd(command::MULTI);
+    pub fn args(&self) -> Result<Args, Error> {
+        let mut cmd = Args::new(command::MULTI);
         cmd.arg(self.rules.len());
         for rule in &self.rules {
             cmd.arg(&rule.key);
@@ -215,8 +214,8 @@ impl Grant {
         self
     }
 
-    pub fn to_cmd(&self) -> Result<Cmd, Error> {
-        let mut cmd = redis::cmd(command::GRANT);
+    pub fn args(&self) -> Result<Args, Error> {
+        let mut cmd = Args::new(command::GRANT);
         cmd.arg(&self.key)
             .arg(self.limit)
             .arg(duration_arg(self.period, "period")?);
@@ -255,8 +254,8 @@ impl Acquire {
         self
     }
 
-    pub fn to_cmd(&self) -> Result<Cmd, Error> {
-        let mut cmd = redis::cmd(command::ACQUIRE);
+    pub fn args(&self) -> Result<Args, Error> {
+        let mut cmd = Args::new(command::ACQUIRE);
         cmd.arg(&self.key)
             .arg(self.capacity)
             .arg(duration_arg(self.lease, "lease")?);
@@ -267,31 +266,31 @@ impl Acquire {
     }
 }
 
-pub fn release(key: &[u8], holder: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd(command::RELEASE);
+pub fn release(key: &[u8], holder: &[u8]) -> Args {
+    let mut cmd = Args::new(command::RELEASE);
     cmd.arg(key).arg(holder);
     cmd
 }
 
-pub fn renew(key: &[u8], holder: &[u8], lease: Duration) -> Result<Cmd, Error> {
-    let mut cmd = redis::cmd(command::RENEW);
+pub fn renew(key: &[u8], holder: &[u8], lease: Duration) -> Result<Args, Error> {
+    let mut cmd = Args::new(command::RENEW);
     cmd.arg(key).arg(holder).arg(duration_arg(lease, "lease")?);
     Ok(cmd)
 }
 
-pub fn settle(key: &[u8], id: &[u8], actual: u64) -> Cmd {
-    let mut cmd = redis::cmd(command::SETTLE);
+pub fn settle(key: &[u8], id: &[u8], actual: u64) -> Args {
+    let mut cmd = Args::new(command::SETTLE);
     cmd.arg(key).arg(id).arg(actual);
     cmd
 }
 
-pub fn info(key: &[u8]) -> Cmd {
-    let mut cmd = redis::cmd(command::INFO);
+pub fn info(key: &[u8]) -> Args {
+    let mut cmd = Args::new(command::INFO);
     cmd.arg(key);
     cmd
 }
 
-fn rule_options(cmd: &mut Cmd, burst: Option<u64>, cost: Option<u64>, algo: Option<Algo>) {
+fn rule_options(cmd: &mut Args, burst: Option<u64>, cost: Option<u64>, algo: Option<Algo>) {
     if let Some(burst) = burst {
         cmd.arg(token::BURST).arg(burst);
     }
@@ -334,12 +333,9 @@ pub fn duration_arg(d: Duration, arg: &str) -> Result<String, Error> {
 mod tests {
     use super::*;
 
-    fn words(cmd: &Cmd) -> Vec<String> {
-        cmd.args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                redis::Arg::Cursor => "<cursor>".into(),
-            })
+    fn words(args: &Args) -> Vec<String> {
+        args.iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect()
     }
 
@@ -371,14 +367,14 @@ mod tests {
             .algo(Algo::Bucket)
             .dry_run()
             .reserve("exp-1", Some(Duration::from_secs(600)))
-            .to_cmd()
+            .args()
             .unwrap();
         assert_eq!(
             words(&cmd).join(" "),
             "RL.ADMIT u:1 2 1s BURST 20 COST 3 ALGO bucket DRYRUN RESERVE exp-1 KEEP 10m"
         );
         let plain = Admit::new("u:1", 2, Duration::from_millis(250))
-            .to_cmd()
+            .args()
             .unwrap();
         assert_eq!(words(&plain).join(" "), "RL.ADMIT u:1 2 250ms");
     }
@@ -392,7 +388,7 @@ mod tests {
                 .algo(Algo::Window),
         ])
         .dry_run()
-        .to_cmd()
+        .args()
         .unwrap();
         assert_eq!(
             words(&cmd).join(" "),
@@ -406,12 +402,12 @@ mod tests {
             .burst(10000)
             .ttl(Duration::from_millis(250));
         assert_eq!(
-            words(&g.to_cmd().unwrap()).join(" "),
+            words(&g.args().unwrap()).join(" "),
             "RL.GRANT g 40000 1s BURST 10000 WANT 100 TTL 250ms"
         );
         let a = Acquire::new("s", 3, Duration::from_secs(60)).holder("job-1");
         assert_eq!(
-            words(&a.to_cmd().unwrap()).join(" "),
+            words(&a.args().unwrap()).join(" "),
             "RL.ACQUIRE s 3 1m ID job-1"
         );
         assert_eq!(words(&release(b"s", b"h")).join(" "), "RL.RELEASE s h");

@@ -1,10 +1,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use redis_rl_client::policy::{
-    OnStoreError, Policy, PolicyError, PolicyStore, RequestIdentity, RuleKind,
-};
+use std::sync::Arc;
+
 use rl_core::rule::Algo;
+use rl_engine::policy::{OnStoreError, Policy, PolicyError, RequestIdentity, RuleKind};
+use rl_engine::{Engine, Options};
 use serde_json::{json, Value};
 
 /// The example policy of CLIENTS.md section 2.
@@ -351,7 +352,7 @@ fn store_rules_of_one_route_must_share_a_hash_tag() {
 
 #[test]
 fn hash_tags_are_read_as_redis_reads_them() {
-    use redis_rl_client::policy::KeyTemplate;
+    use rl_engine::policy::KeyTemplate;
     let tag = |s: &str| KeyTemplate::parse(s).unwrap().hash_tag();
     assert_eq!(
         tag("{t:${tenant}}:read:${user}"),
@@ -366,7 +367,7 @@ fn hash_tags_are_read_as_redis_reads_them() {
 
 #[test]
 fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
-    use redis_rl_client::policy::KeyTemplate;
+    use rl_engine::policy::KeyTemplate;
     let t = KeyTemplate::parse("{t:${tenant}}:read:${user}:${ip}:${route}").unwrap();
     let id = RequestIdentity {
         user: Some("17"),
@@ -392,24 +393,17 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
     assert!(KeyTemplate::parse("").is_err());
 }
 
-struct TempFile(std::path::PathBuf);
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn reload_refuses_versions_not_higher_and_keeps_the_snapshot_on_error() {
-    let file =
-        TempFile(std::env::temp_dir().join(format!("rl-policy-{}.json", std::process::id())));
-    let write = |v: &Value| std::fs::write(&file.0, v.to_string()).unwrap();
-    write(&example());
-    let store = PolicyStore::load_file(&file.0).unwrap();
-    assert_eq!(store.current().version, 7);
+    let engine = Engine::new(
+        Policy::from_json(&example().to_string()).unwrap(),
+        Arc::default(),
+        Options::default(),
+    );
+    let reload = |text: &str| Policy::from_json(text).and_then(|p| engine.reload(p));
+    assert_eq!(engine.policy().version, 7);
 
-    write(&with(example(), "/version", json!(7)));
-    let err = store.reload().unwrap_err();
+    let err = reload(&with(example(), "/version", json!(7)).to_string()).unwrap_err();
     assert_eq!(
         err,
         PolicyError::Stale {
@@ -421,9 +415,8 @@ fn reload_refuses_versions_not_higher_and_keeps_the_snapshot_on_error() {
         err.to_string(),
         "policy version 7 is not higher than the version in force, 7"
     );
-    write(&with(example(), "/version", json!(6)));
     assert_eq!(
-        store.reload(),
+        reload(&with(example(), "/version", json!(6)).to_string()),
         Err(PolicyError::Stale {
             current: 7,
             offered: 6
@@ -435,27 +428,28 @@ fn reload_refuses_versions_not_higher_and_keeps_the_snapshot_on_error() {
         "/rules/read/period",
         json!("1"),
     );
-    write(&broken);
-    let err = store.reload().unwrap_err();
+    let err = reload(&broken.to_string()).unwrap_err();
     assert!(
         err.to_string()
             .starts_with("invalid policy: rules.read.period: "),
         "{err}"
     );
-    assert_eq!(store.current().version, 7);
+    assert_eq!(engine.policy().version, 7);
 
-    std::fs::write(&file.0, "{not json").unwrap();
-    assert!(matches!(store.reload(), Err(PolicyError::Invalid { .. })));
-    assert_eq!(store.current().version, 7);
+    assert!(matches!(
+        reload("{not json"),
+        Err(PolicyError::Invalid { .. })
+    ));
+    assert_eq!(engine.policy().version, 7);
 
-    write(&with(example(), "/version", json!(8)));
-    let held = store.current();
-    assert_eq!(store.reload().unwrap().version, 8);
-    assert_eq!(store.current().version, 8);
+    let held = engine.policy();
+    assert_eq!(
+        reload(&with(example(), "/version", json!(8)).to_string())
+            .unwrap()
+            .version,
+        8
+    );
+    assert_eq!(engine.policy().version, 8);
     // A request that started on 7 keeps evaluating against 7.
     assert_eq!(held.version, 7);
-
-    std::fs::remove_file(&file.0).unwrap();
-    assert!(matches!(store.reload(), Err(PolicyError::Io { .. })));
-    assert_eq!(store.current().version, 8);
 }

@@ -20,10 +20,11 @@ use http_body::Frame;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use rl_engine::headers::{POLICY, RATELIMIT};
+use rl_engine::problem;
+
+use super::{Caller, Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
 use crate::client::RlConnection;
-use crate::gateway::{Caller, Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
-use crate::headers::{POLICY, RATELIMIT};
-use crate::problem;
 
 /// Resolves who a request's caller is, possibly asynchronously (an API key looked up, a token
 /// verified); `None` leaves it to the policy's identity headers.
@@ -150,14 +151,8 @@ where
             set_headers(response.headers_mut(), &verdict);
             let mut leases = leases;
             // Without a report from the backend, the estimate stands.
-            let actual = response
-                .headers()
-                .get(ACTUAL_COST)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if let Some(actual) = actual {
-                leases.settle(actual).await;
-            }
+            let actual = response.headers().get(ACTUAL_COST).map(|v| v.as_bytes());
+            leases.settle(actual).await;
             if leases.is_empty() {
                 return Ok(response);
             }

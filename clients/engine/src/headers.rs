@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// What a rule is, for `RateLimit-Policy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleSpec {
+pub struct HeaderRule {
     pub name: String,
     /// For a semaphore: its capacity.
     pub limit: u64,
@@ -18,18 +18,18 @@ pub struct RuleSpec {
 
 /// What a rule decided, for `RateLimit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct HeaderOutcome {
     pub remaining: u64,
     pub reset_after_ms: u64,
     /// `Some` when this rule refused.
     pub retry_after_ms: Option<u64>,
 }
 
-impl Outcome {
+impl HeaderOutcome {
     /// A refusal known only by its wait (the negative cache's, a chunk's): nothing remains
     /// until then.
-    pub fn refused(wait_ms: u64) -> Outcome {
-        Outcome {
+    pub fn refused(wait_ms: u64) -> HeaderOutcome {
+        HeaderOutcome {
             remaining: 0,
             reset_after_ms: wait_ms,
             retry_after_ms: Some(wait_ms),
@@ -37,8 +37,8 @@ impl Outcome {
     }
 
     /// What `RL.ADMIT` replied.
-    pub fn of(d: &crate::reply::Decision) -> Outcome {
-        Outcome {
+    pub fn of(d: &crate::wire::reply::Decision) -> HeaderOutcome {
+        HeaderOutcome {
             remaining: d.remaining,
             reset_after_ms: d.reset_after_ms,
             retry_after_ms: (!d.allowed).then_some(d.retry_after_ms),
@@ -56,7 +56,7 @@ pub const LEGACY_RESET: &str = "X-RateLimit-Reset";
 /// fractional) period is scaled to the fewest whole seconds holding a whole quota (5 per
 /// 250ms is `q=20;w=1`, 3 per 700ms is `q=30;w=7`), since `w` is an integer in the draft.
 /// `rl-burst` appears when the capacity differs from the quota shown.
-pub fn policy_item(rule: &RuleSpec) -> String {
+pub fn policy_item(rule: &HeaderRule) -> String {
     let name = sf_string(&rule.name);
     if rule.semaphore {
         return format!("{name};q={};qu=\"concurrent-requests\"", rule.capacity);
@@ -71,7 +71,7 @@ pub fn policy_item(rule: &RuleSpec) -> String {
 
 /// One `RateLimit` item: `t` is the wait until the rule is full again, or until a retry would
 /// be admitted when it refused, in seconds rounded up.
-pub fn ratelimit_item(rule: &RuleSpec, outcome: &Outcome) -> String {
+pub fn ratelimit_item(rule: &HeaderRule, outcome: &HeaderOutcome) -> String {
     format!(
         "{};r={};t={}",
         sf_string(&rule.name),
@@ -83,11 +83,11 @@ pub fn ratelimit_item(rule: &RuleSpec, outcome: &Outcome) -> String {
 /// Every header for the rules of one decision, in rule order (the caller leaves out rules
 /// that must not be shown). `legacy` adds `X-RateLimit-*` for the most constraining rule: a
 /// refusing one with the longest wait, otherwise the one with the fewest units left.
-pub fn render(rules: &[(RuleSpec, Outcome)], legacy: bool) -> Vec<(&'static str, String)> {
+pub fn render(rules: &[(HeaderRule, HeaderOutcome)], legacy: bool) -> Vec<(&'static str, String)> {
     if rules.is_empty() {
         return Vec::new();
     }
-    let join = |f: &dyn Fn(&RuleSpec, &Outcome) -> String| {
+    let join = |f: &dyn Fn(&HeaderRule, &HeaderOutcome) -> String| {
         rules
             .iter()
             .map(|(r, o)| f(r, o))
@@ -126,7 +126,7 @@ pub fn retry_after_seconds(max_retry_ms: u64, jitter_fraction: f64, rand: f64) -
     max_retry_ms.saturating_add(extra).div_ceil(1000)
 }
 
-fn reset_seconds(outcome: &Outcome) -> u64 {
+fn reset_seconds(outcome: &HeaderOutcome) -> u64 {
     outcome
         .retry_after_ms
         .unwrap_or(outcome.reset_after_ms)
@@ -174,8 +174,8 @@ fn sf_string(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn rate(name: &str, limit: u64, period_ms: u64, capacity: u64) -> RuleSpec {
-        RuleSpec {
+    fn rate(name: &str, limit: u64, period_ms: u64, capacity: u64) -> HeaderRule {
+        HeaderRule {
             name: name.into(),
             limit,
             period: Duration::from_millis(period_ms),
@@ -203,7 +203,7 @@ mod tests {
             policy_item(&rate("a\"b\\é", 1, 1000, 1)),
             "\"a\\\"b\\\\_\";q=1;w=1"
         );
-        let sem = RuleSpec {
+        let sem = HeaderRule {
             name: "inflight".into(),
             limit: 3,
             period: Duration::from_secs(60),
@@ -219,13 +219,13 @@ mod tests {
     #[test]
     fn ratelimit_rounds_up_and_uses_the_retry_when_refused() {
         let r = rate("user", 2, 1000, 20);
-        let admitted = Outcome {
+        let admitted = HeaderOutcome {
             remaining: 19,
             reset_after_ms: 500,
             retry_after_ms: None,
         };
         assert_eq!(ratelimit_item(&r, &admitted), "\"user\";r=19;t=1");
-        let refused = Outcome {
+        let refused = HeaderOutcome {
             remaining: 0,
             reset_after_ms: 10_000,
             retry_after_ms: Some(1001),
@@ -238,7 +238,7 @@ mod tests {
         let rules = vec![
             (
                 rate("user", 2, 1000, 20),
-                Outcome {
+                HeaderOutcome {
                     remaining: 19,
                     reset_after_ms: 1000,
                     retry_after_ms: None,
@@ -246,7 +246,7 @@ mod tests {
             ),
             (
                 rate("tenant", 1000, 60_000, 1000),
-                Outcome {
+                HeaderOutcome {
                     remaining: 0,
                     reset_after_ms: 60_000,
                     retry_after_ms: Some(60),

@@ -1,40 +1,11 @@
-//! What a route does when the store cannot answer (`CLIENTS.md` section 4): the deadline on
-//! every store call, the breaker shared by the routes of one store, the ramp back after
-//! recovery, and the local fallback limiter deciding with the module's own arithmetic.
+//! The breaker shared by the routes of one store (`clients/SPEC.md`, gateway section 3): open
+//! after consecutive failures, one probe at a time, and the ramp back after recovery.
 
-use std::future::Future;
-use std::num::NonZeroUsize;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use lru::LruCache;
-use rl_core::limiter::Limiter;
-use rl_core::rate::Decision;
-use rl_core::rule::{Algo, Rule};
-use tokio::time::Instant;
+use std::time::Duration;
 
 use crate::policy::{OnStoreError, StoreSpec};
-
-/// Why a store call gave no decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreFailure<E> {
-    /// No answer within `store.timeout`.
-    Timeout,
-    Error(E),
-}
-
-/// Runs a store call under the deadline, so a slow store becomes a failure the breaker counts
-/// rather than a request that hangs.
-pub async fn with_deadline<T, E, F>(deadline: Duration, call: F) -> Result<T, StoreFailure<E>>
-where
-    F: Future<Output = Result<T, E>>,
-{
-    match tokio::time::timeout(deadline, call).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(StoreFailure::Error(e)),
-        Err(_) => Err(StoreFailure::Timeout),
-    }
-}
+use crate::time::Instant;
 
 /// The breaker's state as operators see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,48 +60,24 @@ pub struct Breaker {
 }
 
 /// Whether a request goes to the store or takes its route's posture.
-#[derive(Debug)]
-pub enum Pass<'a> {
-    Store(Call<'a>),
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pass {
+    Store(Ticket),
     /// The store is not asked: apply the route's `on_store_error`.
     Posture,
 }
 
-/// A store call the breaker let through; report how it ended. A probe dropped without a report
-/// (the request was cancelled) frees the probe slot, so the breaker never stays half-open.
-#[derive(Debug)]
-pub struct Call<'a> {
-    breaker: &'a Breaker,
+/// A store call the breaker let through, to report with [`Breaker::report`]. A probe abandoned
+/// without a report (the request was cancelled) must be given back with [`Breaker::abandon`],
+/// so the breaker never stays half-open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
     probe: bool,
-    reported: bool,
 }
 
-impl Call<'_> {
+impl Ticket {
     pub fn is_probe(&self) -> bool {
         self.probe
-    }
-
-    /// The store answered (a refusal is an answer too).
-    pub fn succeeded(mut self, now: Instant) {
-        self.reported = true;
-        self.breaker.outcome(self.probe, true, now);
-    }
-
-    /// The call failed or missed its deadline.
-    pub fn failed(mut self, now: Instant) {
-        self.reported = true;
-        self.breaker.outcome(self.probe, false, now);
-    }
-}
-
-impl Drop for Call<'_> {
-    fn drop(&mut self) {
-        if self.probe && !self.reported {
-            let mut inner = self.breaker.lock();
-            if let State::HalfOpen { probing: true } = inner.state {
-                inner.state = State::HalfOpen { probing: false };
-            }
-        }
     }
 }
 
@@ -174,7 +121,7 @@ impl Breaker {
     ///
     /// A `deny` route goes straight to the store during the ramp: it admitted nothing locally, so
     /// the store's buckets hold no catch-up burst, and refusing would prolong the outage.
-    pub fn enter(&self, now: Instant, on_error: &OnStoreError, draw: f64) -> Pass<'_> {
+    pub fn enter(&self, now: Instant, on_error: &OnStoreError, draw: f64) -> Pass {
         let mut inner = self.lock();
         let probe = match inner.state {
             State::Closed => false,
@@ -196,11 +143,7 @@ impl Breaker {
                 false
             }
         };
-        Pass::Store(Call {
-            breaker: self,
-            probe,
-            reported: false,
-        })
+        Pass::Store(Ticket { probe })
     }
 
     /// Open from `now` for `open`. A period beyond the clock's range (no policy can write one)
@@ -211,7 +154,20 @@ impl Breaker {
         }
     }
 
-    fn outcome(&self, probe: bool, ok: bool, now: Instant) {
+    /// A probe whose request went away before its calls ended frees the probe slot.
+    pub fn abandon(&self, ticket: Ticket) {
+        if ticket.probe {
+            let mut inner = self.lock();
+            if let State::HalfOpen { probing: true } = inner.state {
+                inner.state = State::HalfOpen { probing: false };
+            }
+        }
+    }
+
+    /// How the calls a ticket let through ended: `ok` when the store answered (a refusal, even
+    /// one of the module's errors, is an answer).
+    pub fn report(&self, ticket: Ticket, ok: bool, now: Instant) {
+        let probe = ticket.probe;
         let mut inner = self.lock();
         match (inner.state, probe, ok) {
             (State::HalfOpen { .. }, true, true) => {
@@ -236,52 +192,5 @@ impl Breaker {
             // Calls let through before the breaker opened end late; the probe alone decides.
             _ => {}
         }
-    }
-}
-
-/// The local limiter of a `fallback` route: one gcra limiter per key of the route's first
-/// rule, with the module's own arithmetic, so a fallback limit means what a store limit means.
-/// At most `max_keys` keys; evicting one forgets it, which admits its burst again.
-pub struct Fallback {
-    rule: Rule,
-    keys: Mutex<LruCache<String, Limiter>>,
-}
-
-/// The wall clock in microseconds, as the module reads its own (a clock before 1970 reads 0,
-/// and the limiter's time floor keeps a backward step from minting tokens).
-fn wall_clock_us() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-}
-
-impl Fallback {
-    pub fn new(rule: Rule, max_keys: NonZeroUsize) -> Fallback {
-        Fallback {
-            rule,
-            keys: Mutex::new(LruCache::new(max_keys)),
-        }
-    }
-
-    pub fn rule(&self) -> &Rule {
-        &self.rule
-    }
-
-    /// Decides `cost` units on `key` now.
-    pub fn admit(&self, key: &str, cost: u64) -> Decision {
-        self.admit_at(key, cost, wall_clock_us())
-    }
-
-    /// Decides `cost` units on `key` at `now_us` (wall-clock microseconds).
-    pub fn admit_at(&self, key: &str, cost: u64, now_us: u64) -> Decision {
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let limiter =
-            keys.get_or_insert_mut(key.to_string(), || Limiter::new(Algo::Gcra, self.rule));
-        limiter
-            .admit(Algo::Gcra, self.rule, cost, now_us, false)
-            // The limiter was built with this very algorithm and rule, so the core has no
-            // mismatch to report; were it ever to, refusing is the safe answer.
-            .unwrap_or_else(|_| Decision::refused(&self.rule))
     }
 }

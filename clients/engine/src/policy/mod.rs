@@ -13,18 +13,16 @@ use validate::RawPolicy;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use rl_core::rule::{Algo, Rule};
 
 /// Why a policy was not loaded. The previous snapshot stays in force whatever the error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicyError {
-    /// The file could not be read.
-    Io { file: PathBuf, message: String },
+    /// The document could not be read (the driver's I/O: a file, a store key).
+    Io { source: String, message: String },
     /// The document is not a valid policy; `path` is the JSON path of the offending field.
     Invalid { path: String, message: String },
     /// A reload offered a version not higher than the one in force.
@@ -34,8 +32,8 @@ pub enum PolicyError {
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PolicyError::Io { file, message } => {
-                write!(f, "cannot read policy {}: {message}", file.display())
+            PolicyError::Io { source, message } => {
+                write!(f, "cannot read policy {source}: {message}")
             }
             PolicyError::Invalid { path, message } if path.is_empty() => {
                 write!(f, "invalid policy: {message}")
@@ -244,57 +242,5 @@ impl Policy {
         self.routes
             .iter()
             .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
-    }
-}
-
-// ---- The snapshot in force ----
-
-/// The policy in force, swapped atomically on reload; readers never wait for a reload.
-pub struct PolicyStore {
-    file: PathBuf,
-    current: ArcSwap<Policy>,
-    // Serializes reloads, so two racing reloads cannot both pass the version check.
-    reload: Mutex<()>,
-}
-
-fn read_policy(file: &Path) -> Result<Policy, PolicyError> {
-    let text = std::fs::read_to_string(file).map_err(|e| PolicyError::Io {
-        file: file.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    Policy::from_json(&text)
-}
-
-impl PolicyStore {
-    pub fn load_file(file: impl AsRef<Path>) -> Result<PolicyStore, PolicyError> {
-        let file = file.as_ref().to_path_buf();
-        let policy = read_policy(&file)?;
-        Ok(PolicyStore {
-            file,
-            current: ArcSwap::from_pointee(policy),
-            reload: Mutex::new(()),
-        })
-    }
-
-    /// The snapshot a request should be evaluated against, from start to end.
-    pub fn current(&self) -> Arc<Policy> {
-        self.current.load_full()
-    }
-
-    /// Re-reads the file; a version not higher than the one in force is refused, and on any
-    /// error the previous snapshot stays.
-    pub fn reload(&self) -> Result<Arc<Policy>, PolicyError> {
-        let _serial = self.reload.lock().unwrap_or_else(|p| p.into_inner());
-        let next = read_policy(&self.file)?;
-        let current = self.current.load();
-        if next.version <= current.version {
-            return Err(PolicyError::Stale {
-                current: current.version,
-                offered: next.version,
-            });
-        }
-        let next = Arc::new(next);
-        self.current.store(Arc::clone(&next));
-        Ok(next)
     }
 }

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::mode::Mode;
+use crate::breaker::BreakerState;
 use crate::policy::Policy;
-use crate::posture::BreakerState;
+use crate::wire::Mode;
 
 /// How one rule's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -30,6 +30,9 @@ pub enum Outcome {
     ShadowRefuse,
     /// A durable rule's admission whose replica acknowledgement timed out.
     UnreplicatedAdmit,
+    /// The module refused a store call (`ERR`, `WRONGTYPE`, `CROSSSLOT`): a bug in the policy
+    /// or the deployment, answered 500.
+    Error,
 }
 
 impl Outcome {
@@ -44,6 +47,7 @@ impl Outcome {
             Outcome::OpenAdmit => "open_admit",
             Outcome::ShadowRefuse => "shadow_refuse",
             Outcome::UnreplicatedAdmit => "unreplicated_admit",
+            Outcome::Error => "error",
         }
     }
 }

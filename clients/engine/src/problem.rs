@@ -45,3 +45,18 @@ pub fn limiter_unavailable() -> Problem {
         .to_string(),
     }
 }
+
+/// 500: the module refused a store call. The deployment's bug, not the caller's: the body
+/// says so without the store's text (which may name keys, and so identities).
+pub fn store_refused(_error: &str) -> Problem {
+    Problem {
+        status: 500,
+        body: json!({
+            "type": "about:blank",
+            "title": "Internal Server Error",
+            "status": 500,
+            "detail": "The rate limiter's store refused a call; the gateway's operators have the details.",
+        })
+        .to_string(),
+    }
+}

@@ -1,74 +1,9 @@
-//! Replies parsed from `redis::Value`: a RESP2 array in the documented order or a RESP3 map
-//! with the documented names, into the same typed record.
+//! Replies parsed from a [`Reply`]: a RESP2 array in the documented order or a RESP3 map with
+//! the documented names, into the same typed record.
 
-use redis::{ErrorKind, RedisError, Value};
+use super::{Error, Reply as Value};
 use rl_core::protocol::{command, field};
 use rl_core::rule::Algo;
-
-/// Why a call gave no decision. The gateway's three outcomes hang on telling these apart: only
-/// [`Error::Unavailable`] may lead to the route's posture.
-#[derive(Debug)]
-pub enum Error {
-    /// The store could not answer: I/O, timeout, refused or dropped connection, cluster down,
-    /// `LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `OOM`, ...
-    Unavailable(RedisError),
-    /// The module refused the call (an `ERR`, `WRONGTYPE` or `CROSSSLOT` reply): the request is
-    /// wrong, retrying it will not help. The text is the server's, code first.
-    Refused(String),
-    /// The server answered something this client does not understand.
-    UnexpectedReply(String),
-    /// Refused before any round trip: the request cannot be sent as given (a duration finer
-    /// than a millisecond; `RL.MULTI` keys in several cluster slots).
-    InvalidRequest(String),
-}
-
-impl Error {
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Unavailable(_))
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Unavailable(e) => write!(f, "the store could not answer: {e}"),
-            Error::Refused(text) => write!(f, "the module refused the call: {text}"),
-            Error::UnexpectedReply(what) => write!(f, "unexpected reply: {what}"),
-            Error::InvalidRequest(what) => write!(f, "invalid request: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Unavailable(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<RedisError> for Error {
-    fn from(e: RedisError) -> Error {
-        let refused = match e.kind() {
-            ErrorKind::ResponseError | ErrorKind::CrossSlot => true,
-            // Anything the server sends with a code the crate does not know (BUSY, OOM,
-            // NOPERM...) is an extension error: only WRONGTYPE is a verdict on the request.
-            ErrorKind::ExtensionError => e.code() == Some("WRONGTYPE"),
-            _ => false,
-        };
-        if refused {
-            let text = match (e.code(), e.detail()) {
-                (Some(code), Some(detail)) => format!("{code} {detail}"),
-                (Some(code), None) => code.to_string(),
-                _ => e.to_string(),
-            };
-            Error::Refused(text)
-        } else {
-            Error::Unavailable(e)
-        }
-    }
-}
 
 /// `RL.ADMIT`'s decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +138,7 @@ impl<'a> Record<'a> {
 
     fn get(&self, name: &str) -> Result<&'a Value, Error> {
         self.find(name)
-            .ok_or_else(|| Error::UnexpectedReply(format!("{}: no field {name}", self.what)))
+            .ok_or_else(|| Error::Unexpected(format!("{}: no field {name}", self.what)))
     }
 
     fn int(&self, name: &str) -> Result<i64, Error> {
@@ -215,18 +150,14 @@ impl<'a> Record<'a> {
 
     fn uint(&self, name: &str) -> Result<u64, Error> {
         let n = self.int(name)?;
-        u64::try_from(n)
-            .map_err(|_| Error::UnexpectedReply(format!("{}: {name} is {n}", self.what)))
+        u64::try_from(n).map_err(|_| Error::Unexpected(format!("{}: {name} is {n}", self.what)))
     }
 
     fn flag(&self, name: &str) -> Result<bool, Error> {
         match self.uint(name)? {
             0 => Ok(false),
             1 => Ok(true),
-            n => Err(Error::UnexpectedReply(format!(
-                "{}: {name} is {n}",
-                self.what
-            ))),
+            n => Err(Error::Unexpected(format!("{}: {name} is {n}", self.what))),
         }
     }
 
@@ -237,25 +168,25 @@ impl<'a> Record<'a> {
 
 fn text_bytes<'a>(v: &'a Value, what: &'static str) -> Result<&'a [u8], Error> {
     match v {
-        Value::BulkString(b) => Ok(b),
-        Value::SimpleString(s) => Ok(s.as_bytes()),
+        Value::Bulk(b) => Ok(b),
+        Value::Status(s) => Ok(s.as_bytes()),
         other => Err(unexpected(what, other)),
     }
 }
 
 fn text(v: &Value, what: &'static str) -> Result<String, Error> {
     String::from_utf8(text_bytes(v, what)?.to_vec())
-        .map_err(|_| Error::UnexpectedReply(format!("{what}: a name that is not UTF-8")))
+        .map_err(|_| Error::Unexpected(format!("{what}: a name that is not UTF-8")))
 }
 
 fn unexpected(what: &str, v: &Value) -> Error {
-    Error::UnexpectedReply(format!("{what}: {v:?}"))
+    Error::Unexpected(format!("{what}: {v:?}"))
 }
 
 /// A server error inside a value (RESP3 may carry one) is the error it names.
 fn no_error(v: &Value) -> Result<(), Error> {
     match v {
-        Value::ServerError(e) => Err(RedisError::from(e.clone()).into()),
+        Value::Error(e) => Err(Error::from_server(e)),
         _ => Ok(()),
     }
 }
@@ -369,7 +300,7 @@ pub fn key_info(v: &Value) -> Result<Option<KeyInfo>, Error> {
         .into_iter()
         .find(|a| a.name().as_bytes() == algo)
         .ok_or_else(|| {
-            Error::UnexpectedReply(format!("{WHAT}: algo {}", String::from_utf8_lossy(algo)))
+            Error::Unexpected(format!("{WHAT}: algo {}", String::from_utf8_lossy(algo)))
         })?;
     Ok(Some(KeyInfo {
         algo,
@@ -400,7 +331,7 @@ mod tests {
     use super::*;
 
     fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+        Value::Bulk(s.as_bytes().to_vec())
     }
 
     #[test]
@@ -431,29 +362,34 @@ mod tests {
             Value::Array([1, 19, 0, 500].map(Value::Int).to_vec()),
             Value::Array([2, 19, 0, 500, 20].map(Value::Int).to_vec()),
             Value::Array([1, -1, 0, 500, 20].map(Value::Int).to_vec()),
-            Value::Okay,
+            Value::Status("OK".into()),
             Value::Map(vec![(bulk("allowed"), Value::Int(1))]),
         ] {
-            assert!(
-                matches!(decision(&v), Err(Error::UnexpectedReply(_))),
-                "{v:?}"
-            );
+            assert!(matches!(decision(&v), Err(Error::Unexpected(_))), "{v:?}");
         }
     }
 
     #[test]
     fn errors_are_told_apart() {
-        let refused: Error = RedisError::from((
-            ErrorKind::ResponseError,
-            "An error was signalled by the server",
-            "period needs a unit".to_string(),
-        ))
-        .into();
-        assert!(!refused.is_unavailable());
-        let io: Error =
-            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)).into();
-        assert!(io.is_unavailable());
-        let loading: Error = RedisError::from((ErrorKind::BusyLoadingError, "loading")).into();
-        assert!(loading.is_unavailable());
+        for refused in [
+            "ERR period needs a unit",
+            "WRONGTYPE Operation",
+            "CROSSSLOT Keys",
+        ] {
+            assert!(matches!(Error::from_server(refused), Error::Refused(ref t) if t == refused));
+        }
+        for unavailable in [
+            "LOADING Redis is loading",
+            "BUSY script",
+            "NOSCRIPT No",
+            "OOM x",
+        ] {
+            assert!(
+                Error::from_server(unavailable).is_unavailable(),
+                "{unavailable}"
+            );
+        }
+        let e = decision(&Value::Error("ERR COST 11 exceeds the capacity 10".into())).unwrap_err();
+        assert!(matches!(e, Error::Refused(_)));
     }
 }

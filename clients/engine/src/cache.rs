@@ -9,8 +9,8 @@ use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::time::Instant;
 use lru::LruCache;
-use tokio::time::Instant;
 
 use crate::policy::NegativeCacheSpec;
 

@@ -1,0 +1,118 @@
+//! What an admitted request holds until its response ends: semaphore slots, renewed at a third
+//! of the shortest lease while the backend works and released at the end whatever the outcome,
+//! and reservations, settled with the units the backend reported or left at their estimate.
+
+use std::time::Duration;
+
+use super::flow::{Held, Reserved};
+use super::Call;
+use crate::time::Instant;
+use crate::wire::command;
+
+#[derive(Debug, Default)]
+pub struct Lease {
+    held: Vec<Held>,
+    reserved: Vec<Reserved>,
+    next_renewal: Option<Instant>,
+}
+
+/// `X-Actual-Cost`: a decimal count of units, surrounding blanks allowed; anything else leaves
+/// the estimate standing.
+pub fn actual_cost(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+impl Lease {
+    pub(crate) fn new(held: Vec<Held>, reserved: Vec<Reserved>) -> Lease {
+        Lease {
+            held,
+            reserved,
+            next_renewal: None,
+        }
+    }
+
+    /// One semaphore slot a face acquired itself (a concurrency limit keyed by code), to renew
+    /// and release like a policy's.
+    pub fn slot(key: Vec<u8>, holder: Vec<u8>, lease: Duration) -> Lease {
+        Lease::new(vec![Held { key, holder, lease }], Vec::new())
+    }
+
+    /// Whether nothing is held or reserved (no call at the response's end).
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.reserved.is_empty()
+    }
+
+    /// How many semaphore slots are held.
+    pub fn slots(&self) -> usize {
+        self.held.len()
+    }
+
+    /// A third of the shortest lease held: how often [`Lease::tick`] has renewals due.
+    pub fn renew_every(&self) -> Option<Duration> {
+        self.held
+            .iter()
+            .map(|h| h.lease / 3)
+            .min()
+            .filter(|d| !d.is_zero())
+    }
+
+    /// The renewals due at `now`: every slot, once a third of the shortest lease has passed
+    /// since the admission (`started`) or the last renewal. A failed renewal leaves the lease
+    /// to run out; the request goes on.
+    pub fn tick(&mut self, started: Instant, now: Instant) -> Vec<Call> {
+        let Some(every) = self.renew_every() else {
+            return Vec::new();
+        };
+        let due = *self
+            .next_renewal
+            .get_or_insert_with(|| started.saturating_add(every));
+        if now < due {
+            return Vec::new();
+        }
+        self.next_renewal = Some(now.saturating_add(every));
+        self.held
+            .iter()
+            .filter_map(|h| {
+                Some(Call {
+                    args: command::renew(&h.key, &h.holder, h.lease).ok()?,
+                    key: h.key.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The calls at the response's end: settlements with the reported units (`X-Actual-Cost`,
+    /// when valid), then releases. A settle is idempotent in the module, so a retried one
+    /// changes nothing.
+    pub fn finish(&mut self, actual_cost: Option<&[u8]>) -> Vec<Call> {
+        let mut calls = self.settle(actual_cost);
+        calls.extend(self.release());
+        calls
+    }
+
+    /// The settlements alone (a driver sends them before passing the response on).
+    pub fn settle(&mut self, actual: Option<&[u8]>) -> Vec<Call> {
+        let reserved = std::mem::take(&mut self.reserved);
+        let Some(actual) = actual.and_then(actual_cost) else {
+            return Vec::new();
+        };
+        reserved
+            .into_iter()
+            .map(|r| Call {
+                args: command::settle(&r.key, &r.id, actual),
+                key: r.key,
+            })
+            .collect()
+    }
+
+    /// The releases alone (the response body ended, or the caller went away).
+    pub fn release(&mut self) -> Vec<Call> {
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|h| Call {
+                args: command::release(&h.key, &h.holder),
+                key: h.key,
+            })
+            .collect()
+    }
+}

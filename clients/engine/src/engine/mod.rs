@@ -1,0 +1,255 @@
+//! The gateway as a state machine without I/O (`clients/CONTRACT.md` section 9): given a
+//! request and the time, [`Engine::begin`] answers a verdict or the store calls to make; given
+//! their replies, [`Engine::resume`] answers the next step; after the response, the request's
+//! [`Lease`] answers the calls that settle and release, and on a tick the renewals due. A
+//! driver (the tower layer, a Python or Node binding, `rl-gateway`) only moves bytes.
+//!
+//! One request, in order: the route and the caller's keys; the negative cache; the breaker;
+//! then the store, phase by phase (grant rules from their local chunks, semaphores, `settle`
+//! rules with `RESERVE`, one `RL.MULTI`, the shadow rules); then, for `durable` rules, `WAIT`.
+//! Every step after the first carries the same deadline, `store.timeout` from the start.
+
+mod flow;
+mod lease;
+mod verdict;
+
+pub use flow::Pending;
+pub use lease::Lease;
+pub use verdict::{LogLevel, LogRecord, Verdict, VerdictKind};
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use lru::LruCache;
+use rl_core::rule::Rule;
+
+use crate::breaker::Breaker;
+use crate::cache::NegativeCache;
+use crate::fallback::Fallback;
+use crate::identity::Headers;
+use crate::metrics::Metrics;
+use crate::policy::{Policy, PolicyError};
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::wire::{Args, Reply};
+
+/// The units the backend reports it actually used, for `settle` rules.
+pub const ACTUAL_COST: &str = "x-actual-cost";
+/// A caller's key for a retried request, used as the reservation id of `settle` rules.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const RETRY_AFTER: &str = "Retry-After";
+
+/// What the engine needs to know about a request.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// The path without its query.
+    pub path: &'a str,
+    pub headers: &'a dyn Headers,
+    /// The address the connection came from.
+    pub peer: Option<IpAddr>,
+    /// Who the application says the caller is; `None`: the policy's identity headers say.
+    pub caller: Option<&'a Caller>,
+}
+
+/// The caller as the application resolved it (an API key looked up, a token verified), in
+/// place of the policy's `identity` headers. A part left `None` is read from its header.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub user: Option<String>,
+    pub tenant: Option<String>,
+}
+
+/// One store call: the module's arguments, and the key that routes it in a cluster (a `WAIT`
+/// carries a key of the slot whose primary must answer it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub args: Args,
+    pub key: Vec<u8>,
+}
+
+/// How one call ended, as the driver reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The store's reply; a server error is `Reply::Error` with its text, code first.
+    Reply(Reply),
+    /// No reply by the step's deadline.
+    Timeout,
+    /// No reply at all: a refused or dropped connection, an I/O error.
+    Failed(String),
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Send these calls, in order, on one connection, and resume with one answer each
+    /// (missing answers count as timeouts). Those not answered by `deadline` are timeouts.
+    Calls { calls: Vec<Call>, deadline: Instant },
+    /// Another request is refilling a chunk this one needs: resume with no answers at `until`.
+    Wait { until: Instant },
+    /// The verdict. Send its `background` calls after answering; their replies do not matter.
+    Done(Verdict),
+}
+
+/// Choices a driver makes once, beside the policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Options {
+    /// Also send `X-RateLimit-Limit/Remaining/Reset` for the most constraining rule.
+    pub legacy_headers: bool,
+    /// The share of requests whose decisions are logged (0 to 1): admissions without the
+    /// store and shadow refusals always are.
+    pub log_sample: f64,
+    /// Seeds the engine's randomness (jitter, ramp, sampling, ids).
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            legacy_headers: false,
+            log_sample: 0.01,
+            seed: 0,
+        }
+    }
+}
+
+/// The engine: one per process and store, shared by every request.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    policy: ArcSwap<Policy>,
+    // Serializes reloads, so two racing reloads cannot both pass the version check.
+    reload: Mutex<()>,
+    cache: NegativeCache,
+    breaker: Breaker,
+    metrics: Arc<Metrics>,
+    // One local limiter per route, rebuilt when a reload changes the route's fallback rule.
+    fallbacks: Mutex<HashMap<String, (Rule, Arc<Fallback>)>>,
+    // The chunk leased for each (grant rule, key).
+    chunks: Mutex<LruCache<String, Chunk>>,
+    // Sizes the tables; from the policy the engine was built with.
+    entries: NonZeroUsize,
+    options: Options,
+    rng: Rng,
+}
+
+/// Tokens leased with `RL.GRANT`, spent locally until `until`.
+#[derive(Debug, Default)]
+pub(crate) struct Chunk {
+    tokens: u64,
+    until: Option<Instant>,
+    /// Bumped by each refill, so a token is given back only to the chunk it came from.
+    generation: u64,
+    /// When a request began refilling it; others wait for that refill rather than send their
+    /// own (one refill in flight per key).
+    refilling: Option<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere while holding a lock leaves a consistent table: keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    /// The negative cache, the chunk and fallback tables and the breaker are sized from this
+    /// policy; a reload changes rules and routes, not those.
+    pub fn new(policy: Policy, metrics: Arc<Metrics>, options: Options) -> Engine {
+        metrics.policy_loaded(&policy);
+        let entries = NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN);
+        Engine {
+            shared: Arc::new(Shared {
+                cache: NegativeCache::from_spec(&policy.negative_cache),
+                breaker: Breaker::from_spec(&policy.store),
+                policy: ArcSwap::from_pointee(policy),
+                reload: Mutex::new(()),
+                metrics,
+                fallbacks: Mutex::new(HashMap::new()),
+                chunks: Mutex::new(LruCache::new(entries)),
+                entries,
+                options: Options {
+                    log_sample: if options.log_sample.is_nan() {
+                        0.0
+                    } else {
+                        options.log_sample.clamp(0.0, 1.0)
+                    },
+                    ..options
+                },
+                rng: Rng::new(options.seed),
+            }),
+        }
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.shared.policy.load_full()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// Puts a new snapshot in force, unless its version is not higher than the one in force;
+    /// on any error the snapshot in force stays.
+    pub fn reload(&self, next: Policy) -> Result<Arc<Policy>, PolicyError> {
+        let _serial = lock(&self.shared.reload);
+        let current = self.shared.policy.load();
+        if next.version <= current.version {
+            return Err(PolicyError::Stale {
+                current: current.version,
+                offered: next.version,
+            });
+        }
+        let next = Arc::new(next);
+        self.shared.policy.store(Arc::clone(&next));
+        self.shared.metrics.policy_loaded(&next);
+        Ok(next)
+    }
+
+    /// Starts deciding a request at `now`: its state, and the first step.
+    pub fn begin(&self, request: &Request<'_>, now: Instant) -> (Pending, Step) {
+        Pending::begin(Arc::clone(&self.shared), request, now)
+    }
+
+    /// Feeds the answers to the last step's calls (none after a `Wait`) and answers the next
+    /// step.
+    pub fn resume(&self, pending: &mut Pending, answers: Vec<Answer>, now: Instant) -> Step {
+        pending.resume(answers, now)
+    }
+
+    /// Local entries held now: negative cache, chunks, fallback limiters (for memory bounds).
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        let fallbacks = lock(&self.shared.fallbacks)
+            .values()
+            .map(|(_, f)| f.len())
+            .sum();
+        (
+            self.shared.cache.len(),
+            lock(&self.shared.chunks).len(),
+            fallbacks,
+        )
+    }
+}
+
+impl Shared {
+    fn fallback(&self, route: &str, rule: Rule) -> Arc<Fallback> {
+        let mut map = lock(&self.fallbacks);
+        match map.get(route) {
+            Some((r, f)) if *r == rule => Arc::clone(f),
+            _ => {
+                let f = Arc::new(Fallback::new(rule, self.entries));
+                map.insert(route.to_string(), (rule, Arc::clone(&f)));
+                f
+            }
+        }
+    }
+
+    fn timeout(&self, policy: &Policy) -> Duration {
+        policy.store.timeout
+    }
+}

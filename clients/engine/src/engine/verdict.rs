@@ -1,0 +1,415 @@
+//! Verdicts: what the caller sees (status, headers, problem body), what is counted, and the
+//! decision records, for each way a request ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Call, Shared, RETRY_AFTER};
+use crate::headers::{self, HeaderOutcome, HeaderRule};
+use crate::metrics::{Event, Outcome};
+use crate::policy::{OnStoreError, Policy, Route, RuleKind, RuleSpec};
+use crate::problem::{self, Problem};
+use crate::time::{millis, Instant};
+use crate::wire::Error;
+
+/// The three outcomes of `clients/CONTRACT.md` section 1, never mixed; and the fourth answer,
+/// a store call the module refused, which is none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictKind {
+    Admit,
+    Refuse,
+    /// The store gave no decision; the route's posture answered (see [`Verdict::outcome`]).
+    Unavailable,
+    /// The module refused a store call (`ERR`, `WRONGTYPE`, `CROSSSLOT`): a bug in the policy
+    /// or the deployment, answered 500. Never the posture, never the breaker.
+    Error,
+}
+
+/// How a decision record is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Warn,
+}
+
+/// A decision record: route, rule, policy version and outcome, never a key or an identity
+/// (keys are rendered from identities). The driver writes it to its logging library.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub level: LogLevel,
+    pub message: &'static str,
+    pub route: String,
+    pub rule: String,
+    pub policy_version: u64,
+    pub outcome: &'static str,
+}
+
+/// The engine's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub kind: VerdictKind,
+    /// The route-level outcome as counted; `None` for a request no route matches.
+    pub outcome: Option<Outcome>,
+    /// `Some(429)`, `Some(503)` or `Some(500)` when the gateway answers the request itself.
+    pub status: Option<u16>,
+    /// Sent on the response, whatever answers it.
+    pub headers: Vec<(&'static str, String)>,
+    pub problem: Option<Problem>,
+    /// The matched route's name.
+    pub route: Option<String>,
+    pub policy_version: u64,
+    /// Calls to send after answering (releases, refunds); their replies do not matter.
+    pub background: Vec<Call>,
+    /// Decision records to log.
+    pub log: Vec<LogRecord>,
+}
+
+impl Verdict {
+    pub(crate) fn pass(policy_version: u64) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Admit,
+            outcome: None,
+            status: None,
+            headers: Vec::new(),
+            problem: None,
+            route: None,
+            policy_version,
+            background: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+}
+
+/// One rule of the route with its key rendered for this request.
+pub(crate) struct Keyed {
+    pub(crate) rule: Arc<RuleSpec>,
+    pub(crate) key: String,
+}
+
+impl Keyed {
+    /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation.
+    pub(crate) fn settles(&self) -> bool {
+        matches!(&self.rule.kind, RuleKind::Rate(r) if r.settle) && !self.rule.shadow
+    }
+
+    /// The key the store is asked about: a shadow rule's lives in its own namespace.
+    pub(crate) fn store_key(&self) -> String {
+        if self.rule.shadow {
+            format!("shadow:{}", self.key)
+        } else {
+            self.key.clone()
+        }
+    }
+
+    pub(crate) fn cost(&self) -> u64 {
+        match &self.rule.kind {
+            RuleKind::Rate(r) => r.cost,
+            RuleKind::Semaphore(_) => 1,
+        }
+    }
+}
+
+/// What a request is decided against.
+pub(crate) struct Ctx {
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) route: Route,
+    pub(crate) route_name: String,
+    pub(crate) keyed: Vec<Keyed>,
+    pub(crate) has_user: bool,
+    /// Whether this request's decisions are in the sampled decision log.
+    pub(crate) sampled: bool,
+}
+
+impl Ctx {
+    pub(crate) fn rule_cost(&self, index: usize) -> u64 {
+        self.keyed.get(index).map(Keyed::cost).unwrap_or(1)
+    }
+
+    fn base(&self, kind: VerdictKind, outcome: Outcome) -> Verdict {
+        Verdict {
+            kind,
+            outcome: Some(outcome),
+            route: Some(self.route_name.clone()),
+            ..Verdict::pass(self.policy.version)
+        }
+    }
+}
+
+/// How the store answered a request's calls.
+#[derive(Debug, Default)]
+pub(crate) struct Outcomes {
+    /// The rules that refused: (index in the route, retry after in ms). Empty when admitted.
+    pub(crate) refused: Vec<(usize, u64)>,
+    pub(crate) outcomes: Vec<(usize, HeaderOutcome)>,
+    pub(crate) shadow_refused: Vec<usize>,
+}
+
+impl Shared {
+    /// Refuses locally when the negative cache holds a recent refusal of one of the rules.
+    pub(crate) fn refuse_cached(&self, ctx: &Ctx, now: Instant) -> Option<Verdict> {
+        let waits: Vec<(usize, u64)> = ctx
+            .keyed
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !k.rule.shadow)
+            .filter_map(|(i, k)| {
+                let wait = self.cache.check(&k.rule.name, &k.key, k.cost(), now)?;
+                Some((i, millis(wait).max(1)))
+            })
+            .collect();
+        if waits.is_empty() {
+            return None;
+        }
+        let mut log = Vec::new();
+        for (i, _) in &waits {
+            self.count(ctx, *i, Outcome::RefuseCached, &mut log);
+        }
+        let outcomes: Vec<(usize, HeaderOutcome)> = waits
+            .iter()
+            .map(|(i, wait)| (*i, HeaderOutcome::refused(*wait)))
+            .collect();
+        let mut verdict = self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached);
+        verdict.log = log;
+        Some(verdict)
+    }
+
+    pub(crate) fn admitted(&self, ctx: &Ctx, answer: &Outcomes) -> Verdict {
+        let mut log = Vec::new();
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            if !k.rule.shadow {
+                self.count(ctx, i, Outcome::Admit, &mut log);
+            }
+        }
+        for i in &answer.shadow_refused {
+            self.count(ctx, *i, Outcome::ShadowRefuse, &mut log);
+        }
+        Verdict {
+            headers: self.rate_headers(ctx, &answer.outcomes),
+            log,
+            ..ctx.base(VerdictKind::Admit, Outcome::Admit)
+        }
+    }
+
+    pub(crate) fn refused(&self, ctx: &Ctx, answer: &Outcomes, now: Instant) -> Verdict {
+        let mut log = Vec::new();
+        for (i, retry_ms) in &answer.refused {
+            // A semaphore's slot can be released any moment, long before its `retry_after`:
+            // only rate refusals are cached.
+            let cacheable = ctx
+                .keyed
+                .get(*i)
+                .filter(|k| matches!(k.rule.kind, RuleKind::Rate(_)));
+            if let Some(k) = cacheable {
+                self.cache.refused(
+                    &k.rule.name,
+                    &k.key,
+                    k.cost(),
+                    Duration::from_millis(*retry_ms),
+                    now,
+                );
+            }
+            self.count(ctx, *i, Outcome::Refuse, &mut log);
+        }
+        let mut verdict = self.too_many(ctx, &answer.refused, &answer.outcomes, Outcome::Refuse);
+        verdict.log = log;
+        verdict
+    }
+
+    /// A 500: the module refused a call.
+    pub(crate) fn store_refused(&self, ctx: &Ctx, error: &Error) -> Verdict {
+        let mut log = Vec::new();
+        self.count_all(ctx, Outcome::Error, &mut log);
+        Verdict {
+            status: Some(500),
+            problem: Some(problem::store_refused(&error.to_string())),
+            log,
+            ..ctx.base(VerdictKind::Error, Outcome::Error)
+        }
+    }
+
+    /// A 429: `Retry-After` from the longest refusing wait, jittered upward.
+    fn too_many(
+        &self,
+        ctx: &Ctx,
+        refusing: &[(usize, u64)],
+        outcomes: &[(usize, HeaderOutcome)],
+        outcome: Outcome,
+    ) -> Verdict {
+        let longest = refusing.iter().map(|(_, ms)| *ms).max().unwrap_or_default();
+        let mut headers = self.rate_headers(ctx, outcomes);
+        headers.push((RETRY_AFTER, self.retry_after(ctx, longest)));
+        let mut order: Vec<usize> = refusing.iter().map(|(i, _)| *i).collect();
+        order.sort_unstable();
+        order.dedup();
+        let violated: Vec<&str> = order
+            .iter()
+            .filter_map(|i| ctx.keyed.get(*i))
+            .map(|k| k.rule.name.as_str())
+            .collect();
+        Verdict {
+            status: Some(429),
+            headers,
+            problem: Some(problem::too_many_requests(&violated)),
+            ..ctx.base(VerdictKind::Refuse, outcome)
+        }
+    }
+
+    fn retry_after(&self, ctx: &Ctx, wait_ms: u64) -> String {
+        headers::retry_after_seconds(wait_ms, ctx.policy.retry_after_jitter, self.rng.f64())
+            .max(1)
+            .to_string()
+    }
+
+    /// `RateLimit-Policy` and `RateLimit` for the rules the caller may see: never shadow rules,
+    /// and non-public rules only for a caller with a user.
+    fn rate_headers(
+        &self,
+        ctx: &Ctx,
+        outcomes: &[(usize, HeaderOutcome)],
+    ) -> Vec<(&'static str, String)> {
+        let mut shown: Vec<(usize, HeaderRule, HeaderOutcome)> = outcomes
+            .iter()
+            .filter_map(|(i, o)| {
+                let k = ctx.keyed.get(*i)?;
+                let visible = !k.rule.shadow && (k.rule.public || ctx.has_user);
+                visible.then(|| (*i, header_rule(&k.rule), o.clone()))
+            })
+            .collect();
+        shown.sort_by_key(|(i, _, _)| *i);
+        let pairs: Vec<(HeaderRule, HeaderOutcome)> =
+            shown.into_iter().map(|(_, r, o)| (r, o)).collect();
+        headers::render(&pairs, self.options.legacy_headers)
+    }
+
+    /// The route's posture when the store gave no decision.
+    pub(crate) fn posture(&self, ctx: &Ctx, now: Instant) -> Verdict {
+        let mut log = Vec::new();
+        let mut verdict = match ctx.route.on_store_error {
+            OnStoreError::Deny => {
+                self.count_all(ctx, Outcome::UnavailableDeny, &mut log);
+                let wait_ms = millis(ctx.policy.store.breaker_open);
+                Verdict {
+                    status: Some(503),
+                    headers: vec![(RETRY_AFTER, self.retry_after(ctx, wait_ms))],
+                    problem: Some(problem::limiter_unavailable()),
+                    ..ctx.base(VerdictKind::Unavailable, Outcome::UnavailableDeny)
+                }
+            }
+            OnStoreError::Allow => {
+                self.count_all(ctx, Outcome::OpenAdmit, &mut log);
+                ctx.base(VerdictKind::Unavailable, Outcome::OpenAdmit)
+            }
+            OnStoreError::Fallback(rule) => self.fall_back(ctx, rule, now, &mut log),
+        };
+        verdict.log = log;
+        verdict
+    }
+
+    fn fall_back(
+        &self,
+        ctx: &Ctx,
+        rule: rl_core::rule::Rule,
+        now: Instant,
+        log: &mut Vec<LogRecord>,
+    ) -> Verdict {
+        // The policy guarantees a route has at least one rule.
+        let Some(first) = ctx.keyed.first() else {
+            return ctx.base(VerdictKind::Unavailable, Outcome::FallbackAdmit);
+        };
+        let decided = self
+            .fallback(&ctx.route_name, rule)
+            .admit(&first.key, first.cost(), now);
+        let spec = HeaderRule {
+            name: first.rule.name.clone(),
+            limit: rule.limit(),
+            period: Duration::from_micros(rule.period_us()),
+            capacity: rule.burst(),
+            semaphore: false,
+        };
+        let outcome = HeaderOutcome {
+            remaining: decided.remaining,
+            reset_after_ms: decided.reset_after_ms(),
+            retry_after_ms: (!decided.allowed).then(|| decided.retry_after_ms()),
+        };
+        let visible = first.rule.public || ctx.has_user;
+        let mut headers = if visible {
+            headers::render(&[(spec, outcome)], self.options.legacy_headers)
+        } else {
+            Vec::new()
+        };
+        if decided.allowed {
+            self.count(ctx, 0, Outcome::FallbackAdmit, log);
+            return Verdict {
+                headers,
+                ..ctx.base(VerdictKind::Unavailable, Outcome::FallbackAdmit)
+            };
+        }
+        self.count(ctx, 0, Outcome::FallbackRefuse, log);
+        headers.push((RETRY_AFTER, self.retry_after(ctx, decided.retry_after_ms())));
+        Verdict {
+            status: Some(429),
+            headers,
+            problem: Some(problem::too_many_requests(&[first.rule.name.as_str()])),
+            ..ctx.base(VerdictKind::Unavailable, Outcome::FallbackRefuse)
+        }
+    }
+
+    pub(crate) fn count(
+        &self,
+        ctx: &Ctx,
+        index: usize,
+        outcome: Outcome,
+        log: &mut Vec<LogRecord>,
+    ) {
+        let Some(k) = ctx.keyed.get(index) else {
+            return;
+        };
+        self.metrics.record(Event::Decision {
+            route: &ctx.route_name,
+            rule: &k.rule.name,
+            outcome,
+        });
+        let (level, message) = match outcome {
+            Outcome::OpenAdmit => (LogLevel::Warn, "admitted without the store"),
+            Outcome::ShadowRefuse => (LogLevel::Info, "a shadow rule would have refused"),
+            Outcome::Error => (LogLevel::Warn, "the module refused a store call"),
+            _ if ctx.sampled => (LogLevel::Info, "decision"),
+            _ => return,
+        };
+        log.push(LogRecord {
+            level,
+            message,
+            route: ctx.route_name.clone(),
+            rule: k.rule.name.clone(),
+            policy_version: ctx.policy.version,
+            outcome: outcome.name(),
+        });
+    }
+
+    fn count_all(&self, ctx: &Ctx, outcome: Outcome, log: &mut Vec<LogRecord>) {
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            if !k.rule.shadow {
+                self.count(ctx, i, outcome, log);
+            }
+        }
+    }
+}
+
+fn header_rule(rule: &RuleSpec) -> HeaderRule {
+    match &rule.kind {
+        RuleKind::Rate(rate) => HeaderRule {
+            name: rule.name.clone(),
+            limit: rate.rule.limit(),
+            period: Duration::from_micros(rate.rule.period_us()),
+            capacity: rate.rule.burst(),
+            semaphore: false,
+        },
+        RuleKind::Semaphore(sem) => HeaderRule {
+            name: rule.name.clone(),
+            limit: sem.concurrency,
+            period: Duration::ZERO,
+            capacity: sem.concurrency,
+            semaphore: true,
+        },
+    }
+}

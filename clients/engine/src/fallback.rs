@@ -1,0 +1,51 @@
+//! The local limiter of a `fallback` route: one gcra limiter per key of the route's first rule,
+//! with the module's own arithmetic (the core's [`Limiter`]), so a fallback limit means what a
+//! store limit means. Bounded: evicting a key forgets it, which admits its burst again.
+
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+
+use lru::LruCache;
+use rl_core::limiter::Limiter;
+use rl_core::rate::Decision;
+use rl_core::rule::{Algo, Rule};
+
+use crate::time::Instant;
+
+pub struct Fallback {
+    rule: Rule,
+    keys: Mutex<LruCache<String, Limiter>>,
+}
+
+impl Fallback {
+    pub fn new(rule: Rule, max_keys: NonZeroUsize) -> Fallback {
+        Fallback {
+            rule,
+            keys: Mutex::new(LruCache::new(max_keys)),
+        }
+    }
+
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    /// Decides `cost` units on `key` at `now` (read as the module reads its clock).
+    pub fn admit(&self, key: &str, cost: u64, now: Instant) -> Decision {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let limiter =
+            keys.get_or_insert_mut(key.to_string(), || Limiter::new(Algo::Gcra, self.rule));
+        limiter
+            .admit(Algo::Gcra, self.rule, cost, now.as_micros(), false)
+            // The limiter was built with this very algorithm and rule, so the core has no
+            // mismatch to report; were it ever to, refusing is the safe answer.
+            .unwrap_or_else(|_| Decision::refused(&self.rule))
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,50 @@
+//! The gateway engine of redis-rl: everything a gateway decides, written once and without I/O
+//! (`clients/CONTRACT.md` sections 1 to 7 and 9). It is given a request, the time and the
+//! replies of the store calls it asked for, and answers with the next calls or the verdict;
+//! every driver (the tower layer, the Python and Node bindings, `rl-gateway`) does only the
+//! I/O, with its own ecosystem's Redis client and HTTP framework. Clock and randomness are
+//! injected, so the same inputs give the same outputs, which is what `clients/vectors/`
+//! scenarios hold every binding to.
+//!
+//! - [`policy`]: the versioned JSON policy, validated with the JSON path of a bad field.
+//! - [`engine`]: the state machine ([`Engine`], [`Step`], [`Verdict`], [`Lease`]).
+//! - [`cache`], [`breaker`], [`fallback`]: the negative cache, the breaker, the local limiters.
+//! - [`headers`], [`problem`], [`metrics`]: what callers and operators see.
+//! - [`wire`]: commands as argument vectors (module or script encoding) and replies parsed.
+//! - [`memory`]: a store that answers those calls in memory with the core's arithmetic.
+
+// Requests, policies and replies come from callers, operators and servers: a gateway must
+// answer, not panic.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod breaker;
+pub mod cache;
+pub mod engine;
+pub mod fallback;
+pub mod headers;
+pub mod identity;
+pub mod memory;
+pub mod metrics;
+pub mod policy;
+pub mod problem;
+pub mod rng;
+pub mod time;
+pub mod wire;
+
+pub use engine::{
+    Answer, Call, Caller, Engine, Lease, LogLevel, LogRecord, Options, Pending, Request, Step,
+    Verdict, VerdictKind,
+};
+pub use identity::Headers;
+pub use metrics::Metrics;
+pub use policy::{Policy, PolicyError};
+pub use time::Instant;
+pub use wire::{Mode, Reply};

@@ -1,0 +1,308 @@
+//! A store in memory that answers the engine's calls with the core's own arithmetic (the
+//! [`Limiter`] the module runs), so a decision here is the decision the module would take at
+//! the same instant: for tests, offline replay, and one process's own limits without Redis.
+//!
+//! It speaks the module's commands as argument vectors and replies RESP2 shapes, errors
+//! included. What it cannot be is shared: each process has its own, and nothing persists.
+
+use std::collections::HashMap;
+
+use rl_core::error::Error as CoreError;
+use rl_core::limiter::Limiter;
+use rl_core::multi::decide;
+use rl_core::protocol::command;
+use rl_core::rate::Decision;
+use rl_core::request::admit::parse_admit;
+use rl_core::request::grant::parse_grant;
+use rl_core::request::lease::{parse_acquire, parse_release, parse_renew};
+use rl_core::request::multi::parse_multi;
+use rl_core::request::settle::parse_settle;
+use rl_core::rule::{Algo, Rule};
+
+use crate::wire::Reply;
+
+/// Keys and their limiters, each expiring when its state is full again, as in the module.
+#[derive(Default)]
+pub struct MemoryStore {
+    keys: HashMap<Vec<u8>, Limiter>,
+}
+
+fn int(n: u64) -> Reply {
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn decision(d: &Decision) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(i64::from(d.allowed)),
+        int(d.remaining),
+        int(d.retry_after_ms()),
+        int(d.reset_after_ms()),
+        int(d.capacity),
+    ])
+}
+
+fn error(e: CoreError) -> Reply {
+    Reply::Error(e.to_string())
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// Keys held now (expired ones are dropped as they are touched or by [`MemoryStore::sweep`]).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Drops every key expired at `now_us`: a long-running process calls it now and then, so
+    /// memory follows the active keys.
+    pub fn sweep(&mut self, now_us: u64) {
+        let now_ms = now_us / 1000;
+        self.keys.retain(|_, l| l.expire_at_ms() > now_ms);
+    }
+
+    /// Answers one command at `now_us` (the module's clock: Unix microseconds).
+    pub fn call(&mut self, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let Some((name, rest)) = args.split_first() else {
+            return Reply::Error("ERR empty command".into());
+        };
+        let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+        let key = rest.first().cloned().unwrap_or_default();
+        let tail = rest.get(1..).unwrap_or_default();
+        let arity = |cmd: &'static str| Reply::Error(CoreError::Arity(cmd).to_string());
+        match name.as_str() {
+            command::ADMIT if rest.is_empty() => arity(command::ADMIT),
+            command::ADMIT => self.admit(key, tail, now_us),
+            command::MULTI => self.multi(args, now_us),
+            command::GRANT if rest.is_empty() => arity(command::GRANT),
+            command::GRANT => self.grant(key, tail, now_us),
+            command::ACQUIRE if rest.is_empty() => arity(command::ACQUIRE),
+            command::ACQUIRE => self.acquire(key, tail, now_us),
+            command::RELEASE | command::RENEW if rest.is_empty() => arity(command::RELEASE),
+            command::RELEASE => self.change(key, tail, None, now_us),
+            command::RENEW => match parse_renew(tail) {
+                Ok((holder, lease)) => {
+                    let holder = holder.to_vec();
+                    self.change(key, &[holder], Some(lease), now_us)
+                }
+                Err(e) => error(e),
+            },
+            command::SETTLE if rest.is_empty() => arity(command::SETTLE),
+            command::SETTLE => self.settle(key, tail, now_us),
+            // No replica ever acknowledges a write made here.
+            "WAIT" => Reply::Int(0),
+            _ => Reply::Error(format!(
+                "ERR unknown command '{name}' for the in-memory store"
+            )),
+        }
+    }
+
+    /// The key's limiter, or a fresh one of `fresh` when the key is empty or expired.
+    fn load(&mut self, key: &[u8], fresh: Option<(Algo, Rule)>, now_us: u64) -> Option<Limiter> {
+        let live = self
+            .keys
+            .get(key)
+            .filter(|l| l.expire_at_ms() > now_us / 1000)
+            .cloned();
+        if live.is_none() {
+            self.keys.remove(key);
+        }
+        live.or_else(|| fresh.map(|(algo, rule)| Limiter::new(algo, rule)))
+    }
+
+    /// Commits a changed limiter: it goes when it equals an absent key.
+    fn keep(&mut self, key: Vec<u8>, limiter: Limiter) {
+        if limiter.is_void() {
+            self.keys.remove(&key);
+        } else {
+            self.keys.insert(key, limiter);
+        }
+    }
+
+    fn admit(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let req = match parse_admit(args) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let ask = req.ask;
+        let Some(mut l) = self.load(&key, Some((ask.algo, ask.rule)), now_us) else {
+            return decision(&Decision::refused(&ask.rule));
+        };
+        let decided = match req.reserve {
+            None => l
+                .admit_ask(ask, now_us)
+                .map(|d| (d, d.allowed && !ask.dry_run)),
+            Some(r) => l.reserve_ask(ask, r.id, r.keep_us, now_us),
+        };
+        match decided {
+            Ok((d, changed)) => {
+                if changed {
+                    self.keep(key, l);
+                }
+                decision(&d)
+            }
+            Err(e) => error(e),
+        }
+    }
+
+    /// `args` from the command's name on, as the module's parser reads them.
+    fn multi(&mut self, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let req = match parse_multi(args) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let keys: Vec<Vec<u8>> = req
+            .key_positions
+            .clone()
+            .filter_map(|i| args.get(i).cloned())
+            .collect();
+        let mut limiters = Vec::with_capacity(keys.len());
+        for (key, r) in keys.iter().zip(&req.rules) {
+            match self.load(key, Some((r.algo, r.rule)), now_us) {
+                Some(l) => limiters.push(l),
+                None => return error(CoreError::Arity(command::MULTI)),
+            }
+        }
+        let mut refs: Vec<&mut Limiter> = limiters.iter_mut().collect();
+        let (allowed, decisions) = match decide(&mut refs, &req.rules, now_us, req.dry_run) {
+            Ok(d) => d,
+            Err(e) => return error(e),
+        };
+        if allowed && !req.dry_run {
+            for (key, l) in keys.into_iter().zip(limiters) {
+                self.keep(key, l);
+            }
+        }
+        let denied_by = decisions
+            .iter()
+            .position(|d| !d.allowed)
+            .and_then(|i| req.rules.get(i))
+            .map_or(Reply::Nil, |r| Reply::Bulk(r.name.to_vec()));
+        let retry = decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .map(Decision::retry_after_ms)
+            .max()
+            .unwrap_or(0);
+        let rules = decisions
+            .iter()
+            .zip(&req.rules)
+            .map(|(d, r)| {
+                Reply::Array(vec![
+                    Reply::Bulk(r.name.to_vec()),
+                    int(d.remaining),
+                    int(d.reset_after_ms()),
+                ])
+            })
+            .collect();
+        Reply::Array(vec![
+            Reply::Int(i64::from(allowed)),
+            denied_by,
+            int(retry),
+            Reply::Array(rules),
+        ])
+    }
+
+    fn grant(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let req = match parse_grant(args) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let Some(mut l) = self.load(&key, Some((req.algo, req.rule)), now_us) else {
+            return error(CoreError::Arity(command::GRANT));
+        };
+        match l.grant(req.algo, req.rule, req.want, req.ttl_us, now_us) {
+            Ok(g) => {
+                if g.granted > 0 {
+                    self.keep(key, l);
+                }
+                Reply::Array(vec![
+                    int(g.granted),
+                    int(g.remaining),
+                    int(g.valid_us / 1000),
+                    int(g.retry_after_us.div_ceil(1000)),
+                ])
+            }
+            Err(e) => error(e),
+        }
+    }
+
+    fn acquire(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let (rule, holder) = match parse_acquire(args) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let Some(mut l) = self.load(&key, Some((Algo::Semaphore, rule)), now_us) else {
+            return error(CoreError::Arity(command::ACQUIRE));
+        };
+        match l.acquire(rule, holder, now_us, false) {
+            Ok(a) => {
+                if a.acquired {
+                    self.keep(key, l);
+                }
+                Reply::Array(vec![
+                    Reply::Int(i64::from(a.acquired)),
+                    if a.holder.is_empty() {
+                        Reply::Nil
+                    } else {
+                        Reply::Bulk(a.holder)
+                    },
+                    int(a.in_flight),
+                    int(a.retry_after_us.div_ceil(1000)),
+                ])
+            }
+            Err(e) => error(e),
+        }
+    }
+
+    /// `RL.RELEASE` (no lease) or `RL.RENEW` (the new lease): 1 done, 0 not held.
+    fn change(&mut self, key: Vec<u8>, args: &[Vec<u8>], lease: Option<u64>, now_us: u64) -> Reply {
+        let holder = match lease {
+            Some(_) => args.first().map(Vec::as_slice).unwrap_or_default(),
+            None => match parse_release(args) {
+                Ok(h) => h,
+                Err(e) => return error(e),
+            },
+        };
+        let Some(mut l) = self.load(&key, None, now_us) else {
+            return Reply::Int(0);
+        };
+        let done = match lease {
+            None => l.release(holder, now_us),
+            Some(lease) => l.renew(holder, lease, now_us),
+        };
+        match done {
+            Ok(done) => {
+                if done {
+                    self.keep(key, l);
+                }
+                Reply::Int(i64::from(done))
+            }
+            Err(e) => error(e),
+        }
+    }
+
+    fn settle(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
+        let (id, actual) = match parse_settle(args) {
+            Ok(r) => r,
+            Err(e) => return error(e),
+        };
+        let Some(mut l) = self.load(&key, None, now_us) else {
+            return Reply::Nil;
+        };
+        match l.settle(id, actual, now_us) {
+            Some((s, changed)) => {
+                if changed {
+                    self.keep(key, l);
+                }
+                Reply::Array(vec![Reply::Int(s.delta), int(s.remaining)])
+            }
+            None => Reply::Nil,
+        }
+    }
+}

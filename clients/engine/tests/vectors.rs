@@ -1,0 +1,629 @@
+//! Runs the executable contract in `clients/vectors/`: every policy document gives the outcome
+//! it states, and every scenario's requests, clock steps and store replies give the statuses,
+//! headers, bodies, store calls and metrics it states. Every binding runs the same files; the
+//! format is `clients/vectors/README.md`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rl_engine::memory::MemoryStore;
+use rl_engine::{
+    Answer, Call, Caller, Engine, Instant, Lease, Metrics, Options, Pending, Policy, Reply,
+    Request, Step, Verdict,
+};
+use serde_json::{json, Value};
+
+fn vectors_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vectors")
+}
+
+#[test]
+fn policy_documents_give_their_stated_outcome() {
+    let text = std::fs::read_to_string(vectors_dir().join("policies.json")).unwrap();
+    let file: Value = serde_json::from_str(&text).unwrap();
+    let cases = file["policies"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        // `text` gives the document's exact bytes, for messages that cite a position.
+        let doc = match case["text"].as_str() {
+            Some(text) => text.to_string(),
+            None => serde_json::to_string(&case["policy"]).unwrap(),
+        };
+        let got = Policy::from_json(&doc);
+        match &case["error"] {
+            Value::Null => {
+                if let Err(e) = got {
+                    panic!("{name}: refused with {e}");
+                }
+            }
+            Value::String(want) => match got {
+                Ok(_) => panic!("{name}: accepted, expected {want}"),
+                Err(e) => assert_eq!(&e.to_string(), want, "{name}"),
+            },
+            other => panic!("{name}: error must be a string or null, not {other}"),
+        }
+    }
+}
+
+#[test]
+fn scenarios_give_their_stated_responses() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(vectors_dir().join("scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let mut count = 0;
+    let mut failures = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let doc: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let policies = doc["policies"].as_object().cloned().unwrap_or_default();
+        for scenario in doc["scenarios"].as_array().unwrap() {
+            count += 1;
+            let name = format!(
+                "{}: {}",
+                file.file_name().unwrap().to_string_lossy(),
+                scenario["name"].as_str().unwrap()
+            );
+            if let Err(e) = Run::new(scenario, &policies).and_then(|mut r| r.run(scenario)) {
+                failures.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} scenarios failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        count >= 100,
+        "the contract holds {count} scenarios, fewer than 100"
+    );
+}
+
+/// The clock every scenario starts at: 2026-01-01T00:00:00Z, in microseconds.
+const START_US: u64 = 1_767_225_600_000_000;
+
+struct Run {
+    engine: Engine,
+    metrics: Arc<Metrics>,
+    store: MemoryStore,
+    now: u64,
+    pending: HashMap<String, (Pending, Step)>,
+    leases: HashMap<String, (Lease, u64)>,
+}
+
+type R<T> = Result<T, String>;
+
+impl Run {
+    fn new(scenario: &Value, policies: &serde_json::Map<String, Value>) -> R<Run> {
+        let policy = match &scenario["policy"] {
+            Value::String(name) => policies
+                .get(name)
+                .ok_or_else(|| format!("no policy named {name}"))?
+                .clone(),
+            other => other.clone(),
+        };
+        let policy = Policy::from_json(&policy.to_string()).map_err(|e| e.to_string())?;
+        let o = &scenario["options"];
+        let options = Options {
+            legacy_headers: o["legacy_headers"].as_bool().unwrap_or(false),
+            log_sample: o["log_sample"].as_f64().unwrap_or(0.0),
+            seed: o["seed"].as_u64().unwrap_or(1),
+        };
+        let metrics = Arc::new(Metrics::default());
+        Ok(Run {
+            engine: Engine::new(policy, Arc::clone(&metrics), options),
+            metrics,
+            store: MemoryStore::new(),
+            now: START_US,
+            pending: HashMap::new(),
+            leases: HashMap::new(),
+        })
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.now)
+    }
+
+    fn run(&mut self, scenario: &Value) -> R<()> {
+        let steps = scenario["steps"].as_array().ok_or("no steps")?;
+        for (i, step) in steps.iter().enumerate() {
+            self.step(step).map_err(|e| format!("step {i}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, step: &Value) -> R<()> {
+        if let Some(d) = step.get("advance") {
+            self.now = self.now.saturating_add(duration_us(d)?);
+            return Ok(());
+        }
+        if let Some(times) = step.get("repeat") {
+            let n = times.as_u64().ok_or("repeat must be a count")?;
+            let body = step.get("do").ok_or("repeat without do")?;
+            for k in 0..n {
+                self.step(body)
+                    .map_err(|e| format!("repetition {k}: {e}"))?;
+            }
+            return Ok(());
+        }
+        if let Some(request) = step.get("request") {
+            return self.request(request, step);
+        }
+        if let Some(id) = step.get("resume").and_then(Value::as_str) {
+            let (mut pending, first) = self.pending.remove(id).ok_or("no such held request")?;
+            let mut script = Script::new(step.get("store"));
+            let verdict = self.drive(&mut pending, first, &mut script)?;
+            script.done()?;
+            return self.check_verdict(step, &verdict, &mut pending, &script);
+        }
+        if let Some(id) = step.get("drop").and_then(Value::as_str) {
+            let (mut pending, _) = self.pending.remove(id).ok_or("no such held request")?;
+            let calls = pending.abandon();
+            return expect_calls(step.get("calls"), &calls);
+        }
+        if let Some(id) = step.get("finish").and_then(Value::as_str) {
+            let (mut lease, _) = self.leases.remove(id).ok_or("no lease of that request")?;
+            let actual = step.get("actual_cost").and_then(Value::as_str);
+            let calls = lease.finish(actual.map(str::as_bytes));
+            expect_calls(step.get("calls"), &calls)?;
+            self.send_to_memory(&calls);
+            return Ok(());
+        }
+        if let Some(id) = step.get("tick").and_then(Value::as_str) {
+            let now = self.now();
+            let (lease, started) = self.leases.get_mut(id).ok_or("no lease of that request")?;
+            let calls = lease.tick(Instant::from_micros(*started), now);
+            expect_calls(step.get("calls"), &calls)?;
+            self.send_to_memory(&calls);
+            return Ok(());
+        }
+        if let Some(doc) = step.get("reload") {
+            let result = Policy::from_json(&doc.to_string()).and_then(|p| self.engine.reload(p));
+            return match (result, step.get("error").and_then(Value::as_str)) {
+                (Ok(_), None) => Ok(()),
+                (Ok(_), Some(want)) => Err(format!("reload accepted, expected {want}")),
+                (Err(e), Some(want)) if e.to_string() == want => Ok(()),
+                (Err(e), _) => Err(format!("reload refused: {e}")),
+            };
+        }
+        if let Some(want) = step.get("metrics") {
+            return self.check_metrics(want);
+        }
+        if let Some(want) = step.get("tables") {
+            let (cache, chunks, fallbacks) = self.engine.table_sizes();
+            let got = json!({"negative_cache": cache, "chunks": chunks, "fallback": fallbacks});
+            return matches(want, &got, "tables");
+        }
+        Err(format!("unknown step {step}"))
+    }
+
+    fn request(&mut self, request: &Value, step: &Value) -> R<()> {
+        let headers: Vec<(String, Vec<u8>)> = match &request["headers"] {
+            Value::Object(map) => map
+                .iter()
+                .flat_map(|(k, v)| match v {
+                    Value::Array(values) => values
+                        .iter()
+                        .map(|v| {
+                            (
+                                k.clone(),
+                                v.as_str().unwrap_or_default().as_bytes().to_vec(),
+                            )
+                        })
+                        .collect(),
+                    v => vec![(
+                        k.clone(),
+                        v.as_str().unwrap_or_default().as_bytes().to_vec(),
+                    )],
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let caller = request.get("caller").map(|c| Caller {
+            user: c["user"].as_str().map(str::to_string),
+            tenant: c["tenant"].as_str().map(str::to_string),
+        });
+        let peer = request["peer"]
+            .as_str()
+            .unwrap_or("192.0.2.1")
+            .parse()
+            .map_err(|e| format!("peer: {e}"))?;
+        let req = Request {
+            method: request["method"].as_str().unwrap_or("GET"),
+            path: request["path"].as_str().ok_or("request without a path")?,
+            headers: &headers,
+            peer: Some(peer),
+            caller: caller.as_ref(),
+        };
+        let started = self.now;
+        let (mut pending, first) = self.engine.begin(&req, self.now());
+        if let Some(id) = step.get("hold").and_then(Value::as_str) {
+            // Held after its first step, unanswered: the next requests run beside it.
+            if let Some(want) = step.get("step") {
+                check_step(want, &first)?;
+            }
+            self.pending.insert(id.to_string(), (pending, first));
+            return Ok(());
+        }
+        let mut script = Script::new(step.get("store"));
+        let verdict = self.drive(&mut pending, first, &mut script)?;
+        script.done()?;
+        self.check_verdict(step, &verdict, &mut pending, &script)?;
+        if let Some(id) = step.get("id").and_then(Value::as_str) {
+            self.leases
+                .insert(id.to_string(), (pending.lease(), started));
+        }
+        Ok(())
+    }
+
+    /// Answers each step from the script, or from the memory store when the script has no
+    /// entries left for it and allows that.
+    fn drive(&mut self, pending: &mut Pending, mut step: Step, script: &mut Script) -> R<Verdict> {
+        for _ in 0..64 {
+            match step {
+                Step::Done(verdict) => {
+                    self.send_to_memory(&verdict.background);
+                    return Ok(verdict);
+                }
+                Step::Wait { until } => {
+                    if let Some(advance) = script.wait()? {
+                        self.now = self.now.saturating_add(advance);
+                    } else {
+                        self.now = until.as_micros();
+                    }
+                    step = self.engine.resume(pending, Vec::new(), self.now());
+                }
+                Step::Calls { calls, deadline } => {
+                    script
+                        .deadlines
+                        .push(deadline.as_micros().saturating_sub(self.now));
+                    let mut answers = Vec::new();
+                    for call in &calls {
+                        script.made.push(call.args.as_slice().to_vec());
+                        let answer = match script.next(call)? {
+                            Some((answer, advance)) => {
+                                self.now = self.now.saturating_add(advance);
+                                answer
+                            }
+                            None => Answer::Reply(self.store.call(call.args.as_slice(), self.now)),
+                        };
+                        answers.push(answer);
+                    }
+                    step = self.engine.resume(pending, answers, self.now());
+                }
+            }
+        }
+        Err("more than 64 steps for one request".into())
+    }
+
+    fn send_to_memory(&mut self, calls: &[Call]) {
+        for call in calls {
+            self.store.call(call.args.as_slice(), self.now);
+        }
+    }
+
+    fn check_verdict(
+        &mut self,
+        step: &Value,
+        v: &Verdict,
+        pending: &mut Pending,
+        script: &Script,
+    ) -> R<()> {
+        let _ = pending;
+        let Some(want) = step.get("expect") else {
+            return Ok(());
+        };
+        let status = v.status.unwrap_or(200);
+        if let Some(s) = want.get("status") {
+            matches(s, &json!(status), "status")?;
+        }
+        if let Some(o) = want.get("outcome") {
+            matches(o, &json!(v.outcome.map(|o| o.name())), "outcome")?;
+        }
+        if let Some(k) = want.get("kind") {
+            let kind = format!("{:?}", v.kind).to_lowercase();
+            matches(k, &json!(kind), "kind")?;
+        }
+        if let Some(r) = want.get("route") {
+            matches(r, &json!(v.route), "route")?;
+        }
+        if let Some(h) = want.get("headers") {
+            let got: serde_json::Map<String, Value> = v
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            let want = h.as_object().ok_or("headers must be an object")?;
+            for (name, value) in want {
+                match (value, got.get(name)) {
+                    (Value::Null, None) => {}
+                    (Value::Null, Some(g)) => {
+                        return Err(format!("header {name} is {g}, expected none"))
+                    }
+                    (_, None) => return Err(format!("no header {name}; headers {:?}", v.headers)),
+                    (w, Some(g)) => {
+                        // Retry-After is a number of seconds: a range compares it as one.
+                        let g = match (w, g.as_str().and_then(|s| s.parse::<u64>().ok())) {
+                            (Value::Object(_), Some(n)) => json!(n),
+                            _ => g.clone(),
+                        };
+                        matches(w, &g, &format!("header {name}"))?
+                    }
+                }
+            }
+        }
+        if let Some(true) = want.get("no_rate_headers").and_then(Value::as_bool) {
+            if let Some((k, _)) = v.headers.iter().find(|(k, _)| k.starts_with("RateLimit")) {
+                return Err(format!("unexpected header {k}"));
+            }
+        }
+        if let Some(p) = want.get("problem") {
+            let got = match &v.problem {
+                Some(p) => serde_json::from_str::<Value>(&p.body).map_err(|e| e.to_string())?,
+                None => Value::Null,
+            };
+            matches(p, &got, "problem")?;
+        }
+        if let Some(c) = want.get("calls") {
+            let made: Vec<Value> = script.made.iter().map(|a| args_json(a)).collect();
+            matches(c, &Value::Array(made), "calls")?;
+        }
+        if let Some(d) = want.get("deadlines_ms") {
+            let got: Vec<u64> = script.deadlines.iter().map(|us| us / 1000).collect();
+            matches(d, &json!(got), "deadlines_ms")?;
+        }
+        if let Some(b) = want.get("background") {
+            expect_calls(Some(b), &v.background)?;
+        }
+        if let Some(l) = want.get("log") {
+            let got: Vec<Value> = v
+                .log
+                .iter()
+                .map(|r| json!({"rule": r.rule, "outcome": r.outcome, "level": format!("{:?}", r.level).to_lowercase()}))
+                .collect();
+            matches(l, &Value::Array(got), "log")?;
+        }
+        Ok(())
+    }
+
+    fn check_metrics(&self, want: &Value) -> R<()> {
+        let text = self.metrics.render();
+        for (series, value) in want.as_object().ok_or("metrics must be an object")? {
+            let got = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
+                .map(|v| v.parse::<f64>().unwrap_or(f64::NAN));
+            match (value, got) {
+                (Value::Null, None) => {}
+                (Value::Null, Some(g)) => return Err(format!("{series} is {g}, expected none")),
+                (_, None) => return Err(format!("no series {series} in\n{text}")),
+                (w, Some(g)) => matches(w, &json!(g), series)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The store's scripted answers for one request: each entry names the call it expects (or
+/// `"*"`) and gives a reply, an error, or a failure; `"memory"` lets the memory store answer
+/// that call, and the script may end with `"rest": "memory"`.
+struct Script {
+    entries: Vec<Value>,
+    next: usize,
+    rest_memory: bool,
+    made: Vec<Vec<Vec<u8>>>,
+    deadlines: Vec<u64>,
+}
+
+impl Script {
+    fn new(spec: Option<&Value>) -> Script {
+        let (entries, rest_memory) = match spec {
+            None => (Vec::new(), true),
+            Some(Value::String(s)) if s == "memory" => (Vec::new(), true),
+            Some(Value::Array(a)) => (a.clone(), false),
+            Some(Value::Object(o)) => (
+                o.get("script")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                o.get("rest").and_then(Value::as_str) == Some("memory"),
+            ),
+            Some(_) => (Vec::new(), false),
+        };
+        Script {
+            entries,
+            next: 0,
+            rest_memory,
+            made: Vec::new(),
+            deadlines: Vec::new(),
+        }
+    }
+
+    /// A `{"wait": "1ms"}` entry answers a `Wait` step by advancing the clock.
+    fn wait(&mut self) -> R<Option<u64>> {
+        match self.entries.get(self.next) {
+            Some(e) if e.get("wait").is_some() => {
+                self.next += 1;
+                Ok(Some(duration_us(&e["wait"])?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn next(&mut self, call: &Call) -> R<Option<(Answer, u64)>> {
+        let Some(entry) = self.entries.get(self.next).cloned() else {
+            return if self.rest_memory {
+                Ok(None)
+            } else {
+                Err(format!(
+                    "unscripted call {}",
+                    args_json(call.args.as_slice())
+                ))
+            };
+        };
+        self.next += 1;
+        if let Some(want) = entry.get("call") {
+            if want != "*" {
+                matches(want, &args_json(call.args.as_slice()), "call")?;
+            }
+        }
+        let advance = match entry.get("after") {
+            Some(d) => duration_us(d)?,
+            None => 0,
+        };
+        if entry.get("memory").is_some() {
+            return Ok(None);
+        }
+        let answer = if let Some(r) = entry.get("reply") {
+            Answer::Reply(reply_of(r))
+        } else if let Some(e) = entry.get("error") {
+            Answer::Reply(Reply::Error(e.as_str().unwrap_or_default().to_string()))
+        } else {
+            match entry.get("fail").and_then(Value::as_str) {
+                Some("timeout") => Answer::Timeout,
+                Some(other) => Answer::Failed(other.to_string()),
+                None => return Err(format!("script entry {entry} gives no answer")),
+            }
+        };
+        Ok(Some((answer, advance)))
+    }
+
+    fn done(&self) -> R<()> {
+        match self.entries.get(self.next) {
+            Some(e) => Err(format!("scripted store entries left unused, from {e}")),
+            None => Ok(()),
+        }
+    }
+}
+
+fn check_step(want: &Value, step: &Step) -> R<()> {
+    let got = match step {
+        Step::Done(v) => json!({"done": v.status.unwrap_or(200)}),
+        Step::Wait { .. } => json!("wait"),
+        Step::Calls { calls, .. } => {
+            json!({"calls": calls.iter().map(|c| args_json(c.args.as_slice())).collect::<Vec<_>>()})
+        }
+    };
+    matches(want, &got, "step")
+}
+
+fn expect_calls(want: Option<&Value>, calls: &[Call]) -> R<()> {
+    let Some(want) = want else {
+        return Ok(());
+    };
+    let got: Vec<Value> = calls.iter().map(|c| args_json(c.args.as_slice())).collect();
+    matches(want, &Value::Array(got), "calls")
+}
+
+fn args_json(args: &[Vec<u8>]) -> Value {
+    Value::Array(
+        args.iter()
+            .map(|a| json!(String::from_utf8_lossy(a)))
+            .collect(),
+    )
+}
+
+fn reply_of(v: &Value) -> Reply {
+    match v {
+        Value::Null => Reply::Nil,
+        Value::Bool(b) => Reply::Int(i64::from(*b)),
+        Value::Number(n) => Reply::Int(n.as_i64().unwrap_or_default()),
+        Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Array(a) => Reply::Array(a.iter().map(reply_of).collect()),
+        Value::Object(o) => match (o.get("error"), o.get("status"), o.get("map")) {
+            (Some(e), _, _) => Reply::Error(e.as_str().unwrap_or_default().to_string()),
+            (_, Some(s), _) => Reply::Status(s.as_str().unwrap_or_default().to_string()),
+            (_, _, Some(Value::Array(pairs))) => Reply::Map(
+                pairs
+                    .iter()
+                    .map(|p| (reply_of(&p[0]), reply_of(&p[1])))
+                    .collect(),
+            ),
+            _ => Reply::Nil,
+        },
+    }
+}
+
+fn duration_us(v: &Value) -> R<u64> {
+    let text = v.as_str().ok_or("a duration is a string like 250ms")?;
+    let (digits, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = digits.parse().map_err(|_| format!("bad duration {text}"))?;
+    let scale = match unit {
+        "us" => 1,
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        _ => return Err(format!("bad duration unit in {text}")),
+    };
+    Ok(n * scale)
+}
+
+/// `want` matches `got`: equal, or `{"$range": [lo, hi]}` for a number, `{"$any": true}` for
+/// anything present, an object's listed fields only (`{"$exact": {...}}` for all), an array
+/// element by element.
+fn matches(want: &Value, got: &Value, what: &str) -> R<()> {
+    let fail = || Err(format!("{what}: expected {want}, got {got}"));
+    match want {
+        Value::String(s) if s == "*" => Ok(()),
+        Value::Object(w) if w.contains_key("$range") => {
+            let lo = w["$range"][0].as_f64().unwrap_or(f64::MIN);
+            let hi = w["$range"][1].as_f64().unwrap_or(f64::MAX);
+            match got.as_f64() {
+                Some(g) if g >= lo && g <= hi => Ok(()),
+                _ => fail(),
+            }
+        }
+        Value::Object(w) if w.contains_key("$any") => {
+            if got.is_null() {
+                fail()
+            } else {
+                Ok(())
+            }
+        }
+        Value::Object(w) if w.contains_key("$exact") => {
+            if &w["$exact"] == got {
+                Ok(())
+            } else {
+                fail()
+            }
+        }
+        Value::Object(w) => {
+            let Value::Object(g) = got else {
+                return fail();
+            };
+            for (k, v) in w {
+                matches(v, g.get(k).unwrap_or(&Value::Null), &format!("{what}.{k}"))?;
+            }
+            Ok(())
+        }
+        Value::Array(w) => {
+            let Value::Array(g) = got else {
+                return fail();
+            };
+            if w.len() != g.len() {
+                return fail();
+            }
+            for (i, (w, g)) in w.iter().zip(g).enumerate() {
+                matches(w, g, &format!("{what}[{i}]"))?;
+            }
+            Ok(())
+        }
+        Value::Number(n) => match (n.as_f64(), got.as_f64()) {
+            (Some(a), Some(b)) if a == b => Ok(()),
+            _ => fail(),
+        },
+        _ if want == got => Ok(()),
+        _ => fail(),
+    }
+}

@@ -29,7 +29,21 @@ pub struct NegativeCache {
 }
 
 fn slot(rule: &str, key: &str) -> String {
-    format!("{}:{rule}{key}", rule.len())
+    let mut slot = String::with_capacity(rule.len() + key.len() + 4);
+    write_slot(&mut slot, rule, key);
+    slot
+}
+
+fn write_slot(out: &mut String, rule: &str, key: &str) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "{}:", rule.len());
+    out.push_str(rule);
+    out.push_str(key);
+}
+
+thread_local! {
+    // Where a lookup's slot is written, so that checking a request allocates nothing.
+    static SLOT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 impl NegativeCache {
@@ -65,14 +79,18 @@ impl NegativeCache {
 
     /// The remaining wait if a request of `cost` units under `rule` on `key` is refused locally.
     pub fn check(&self, rule: &str, key: &str, cost: u64, now: Instant) -> Option<Duration> {
-        let slot = slot(rule, key);
-        let mut map = self.lock();
-        let entry = *map.get(&slot)?;
-        if now >= entry.until {
-            map.pop(&slot);
-            return None;
-        }
-        (cost >= entry.cost).then(|| entry.until.duration_since(now))
+        SLOT.with(|buffer| {
+            let mut slot = buffer.borrow_mut();
+            slot.clear();
+            write_slot(&mut slot, rule, key);
+            let mut map = self.lock();
+            let entry = *map.get(slot.as_str())?;
+            if now >= entry.until {
+                map.pop(slot.as_str());
+                return None;
+            }
+            (cost >= entry.cost).then(|| entry.until.duration_since(now))
+        })
     }
 
     pub fn len(&self) -> usize {

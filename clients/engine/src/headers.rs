@@ -2,6 +2,7 @@
 //! `RateLimit` (draft-ietf-httpapi-ratelimit-headers structured fields), the older
 //! `X-RateLimit-*` on request, and `Retry-After`. Pure: no I/O, no clock, no randomness of its own.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 /// What a rule is, for `RateLimit-Policy`.
@@ -57,27 +58,37 @@ pub const LEGACY_RESET: &str = "X-RateLimit-Reset";
 /// 250ms is `q=20;w=1`, 3 per 700ms is `q=30;w=7`), since `w` is an integer in the draft.
 /// `rl-burst` appears when the capacity differs from the quota shown.
 pub fn policy_item(rule: &HeaderRule) -> String {
-    let name = sf_string(&rule.name);
+    let mut item = String::new();
+    write_policy_item(&mut item, rule);
+    item
+}
+
+// The items are written into the header's one string: a refusal from the negative cache
+// renders them on every request.
+fn write_policy_item(out: &mut String, rule: &HeaderRule) {
+    write_sf_string(out, &rule.name);
     if rule.semaphore {
-        return format!("{name};q={};qu=\"concurrent-requests\"", rule.capacity);
+        let _ = write!(out, ";q={};qu=\"concurrent-requests\"", rule.capacity);
+        return;
     }
     let (q, w) = whole_second_quota(rule.limit, rule.period);
-    let mut item = format!("{name};q={q};w={w}");
+    let _ = write!(out, ";q={q};w={w}");
     if u128::from(rule.capacity) != q {
-        item.push_str(&format!(";rl-burst={}", rule.capacity));
+        let _ = write!(out, ";rl-burst={}", rule.capacity);
     }
-    item
 }
 
 /// One `RateLimit` item: `t` is the wait until the rule is full again, or until a retry would
 /// be admitted when it refused, in seconds rounded up.
 pub fn ratelimit_item(rule: &HeaderRule, outcome: &HeaderOutcome) -> String {
-    format!(
-        "{};r={};t={}",
-        sf_string(&rule.name),
-        outcome.remaining,
-        reset_seconds(outcome)
-    )
+    let mut item = String::new();
+    write_ratelimit_item(&mut item, rule, outcome);
+    item
+}
+
+fn write_ratelimit_item(out: &mut String, rule: &HeaderRule, outcome: &HeaderOutcome) {
+    write_sf_string(out, &rule.name);
+    let _ = write!(out, ";r={};t={}", outcome.remaining, reset_seconds(outcome));
 }
 
 /// Every header for the rules of one decision, in rule order (the caller leaves out rules
@@ -87,17 +98,17 @@ pub fn render(rules: &[(HeaderRule, HeaderOutcome)], legacy: bool) -> Vec<(&'sta
     if rules.is_empty() {
         return Vec::new();
     }
-    let join = |f: &dyn Fn(&HeaderRule, &HeaderOutcome) -> String| {
-        rules
-            .iter()
-            .map(|(r, o)| f(r, o))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut out = vec![
-        (POLICY, join(&|r, _| policy_item(r))),
-        (RATELIMIT, join(&ratelimit_item)),
-    ];
+    let mut policy = String::with_capacity(48 * rules.len());
+    let mut ratelimit = String::with_capacity(32 * rules.len());
+    for (i, (rule, outcome)) in rules.iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            ratelimit.push_str(", ");
+        }
+        write_policy_item(&mut policy, rule);
+        write_ratelimit_item(&mut ratelimit, rule, outcome);
+    }
+    let mut out = vec![(POLICY, policy), (RATELIMIT, ratelimit)];
     if legacy {
         let tightest = rules.iter().min_by_key(|(_, o)| match o.retry_after_ms {
             Some(ms) => (0, u64::MAX - ms),
@@ -153,8 +164,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 
 /// A structured-field string: printable ASCII only, `"` and `\` escaped; anything else
 /// becomes `_` (names come from the policy, and a header must stay parseable).
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+fn write_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -167,7 +177,6 @@ fn sf_string(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]

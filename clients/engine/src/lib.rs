@@ -48,3 +48,8 @@ pub use metrics::Metrics;
 pub use policy::{Policy, PolicyError};
 pub use time::Instant;
 pub use wire::{Mode, Reply};
+
+// The README's example is compiled and run with the crate's doc tests, so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -116,7 +116,9 @@ struct Histogram {
 
 #[derive(Default)]
 struct Tables {
-    decisions: BTreeMap<(String, String, Outcome), u64>,
+    // Route, then rule, then outcome: looked up by borrowed names, so counting an existing
+    // series allocates nothing.
+    decisions: BTreeMap<String, BTreeMap<String, BTreeMap<Outcome, u64>>>,
     latency: BTreeMap<CallResult, Histogram>,
     grant_refills: BTreeMap<String, u64>,
     modes: BTreeMap<String, &'static str>,
@@ -160,10 +162,15 @@ impl Metrics {
                 outcome,
             } => {
                 let mut t = self.tables();
-                let n = t
-                    .decisions
-                    .entry((route.to_string(), rule.to_string(), outcome))
-                    .or_default();
+                let rules = match t.decisions.get_mut(route) {
+                    Some(rules) => rules,
+                    None => t.decisions.entry(route.to_string()).or_default(),
+                };
+                let outcomes = match rules.get_mut(rule) {
+                    Some(outcomes) => outcomes,
+                    None => rules.entry(rule.to_string()).or_default(),
+                };
+                let n = outcomes.entry(outcome).or_default();
                 *n = n.saturating_add(1);
             }
             Event::StoreCall { result, latency } => {
@@ -205,7 +212,7 @@ impl Metrics {
         self.record(Event::PolicyVersion(policy.version));
         for route in &policy.routes {
             self.record(Event::RouteMode {
-                route: &route.name(),
+                route: route.name(),
                 mode: route.on_store_error.mode(),
             });
         }
@@ -221,7 +228,14 @@ impl Metrics {
             "counter",
             "Rule decisions by route, rule and outcome.",
         );
-        for ((route, rule, outcome), n) in &t.decisions {
+        let series = t.decisions.iter().flat_map(|(route, rules)| {
+            rules.iter().flat_map(move |(rule, outcomes)| {
+                outcomes
+                    .iter()
+                    .map(move |(outcome, n)| (route, rule, outcome, n))
+            })
+        });
+        for (route, rule, outcome, n) in series {
             let _ = writeln!(
                 out,
                 "rl_gateway_decisions_total{{route=\"{}\",rule=\"{}\",outcome=\"{}\"}} {n}",

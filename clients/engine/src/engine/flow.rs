@@ -109,27 +109,30 @@ impl Pending {
             let verdict = super::Verdict::pass(policy.version);
             return (pending, Step::Done(verdict));
         };
-        let route = route.clone();
-        let route_name = route.name();
-        let header = |name: Option<&str>| -> Option<String> {
+        let route = Arc::clone(route);
+        let header = |name: Option<&str>| -> Option<&str> {
             let value = request.headers.first(name?)?;
-            let text = std::str::from_utf8(value).ok()?;
-            (!text.is_empty()).then(|| text.to_string())
+            std::str::from_utf8(value)
+                .ok()
+                .filter(|text| !text.is_empty())
         };
         let caller = request.caller;
         let user = caller
-            .and_then(|c| c.user.clone().filter(|u| !u.is_empty()))
+            .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
             .or_else(|| header(policy.identity.user.as_deref()));
         let tenant = caller
-            .and_then(|c| c.tenant.clone().filter(|t| !t.is_empty()))
+            .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
             .or_else(|| header(policy.identity.tenant.as_deref()));
-        let ip =
-            client_ip(&policy.identity, request.headers, request.peer).map(|ip| ip.to_string());
+        let ip = route
+            .uses_ip()
+            .then(|| client_ip(&policy.identity, request.headers, request.peer))
+            .flatten()
+            .map(|ip| ip.to_string());
         let id = RequestIdentity {
-            user: user.as_deref(),
-            tenant: tenant.as_deref(),
+            user,
+            tenant,
             ip: ip.as_deref(),
-            route: Some(&route_name),
+            route: Some(route.name()),
         };
         let keyed: Vec<Keyed> = route
             .rules
@@ -141,19 +144,17 @@ impl Pending {
             .collect();
         let sample = pending.shared.options.log_sample;
         let sampled = sample > 0.0 && pending.shared.rng.f64() < sample;
+        // The reservation id, for `settle` rules only: the caller's key, or one drawn when a
+        // reservation is first made.
         pending.id = request
             .headers
             .first(IDEMPOTENCY_KEY)
             .filter(|v| !v.is_empty())
             .map(<[u8]>::to_vec)
-            .unwrap_or_else(|| {
-                let rng = &pending.shared.rng;
-                format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes()
-            });
+            .unwrap_or_default();
         let ctx = Ctx {
             policy,
             route,
-            route_name,
             keyed,
             has_user: user.is_some(),
             sampled,
@@ -401,6 +402,10 @@ impl Pending {
         };
         if !k.settles() {
             return None;
+        }
+        if self.id.is_empty() {
+            let rng = &self.shared.rng;
+            self.id = format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes();
         }
         let args = admit_of(k.key.as_bytes(), rate)
             .reserve(self.id.clone(), None)

@@ -112,8 +112,7 @@ impl Keyed {
 /// What a request is decided against.
 pub(crate) struct Ctx {
     pub(crate) policy: Arc<Policy>,
-    pub(crate) route: Route,
-    pub(crate) route_name: String,
+    pub(crate) route: Arc<Route>,
     pub(crate) keyed: Vec<Keyed>,
     pub(crate) has_user: bool,
     /// Whether this request's decisions are in the sampled decision log.
@@ -129,7 +128,7 @@ impl Ctx {
         Verdict {
             kind,
             outcome: Some(outcome),
-            route: Some(self.route_name.clone()),
+            route: Some(self.route.name().to_string()),
             ..Verdict::pass(self.policy.version)
         }
     }
@@ -317,7 +316,7 @@ impl Shared {
             return ctx.base(VerdictKind::Unavailable, Outcome::FallbackAdmit);
         };
         let decided = self
-            .fallback(&ctx.route_name, rule)
+            .fallback(ctx.route.name(), rule)
             .admit(&first.key, first.cost(), now);
         let spec = HeaderRule {
             name: first.rule.name.clone(),
@@ -365,7 +364,7 @@ impl Shared {
             return;
         };
         self.metrics.record(Event::Decision {
-            route: &ctx.route_name,
+            route: ctx.route.name(),
             rule: &k.rule.name,
             outcome,
         });
@@ -379,7 +378,7 @@ impl Shared {
         log.push(LogRecord {
             level,
             message,
-            route: ctx.route_name.clone(),
+            route: ctx.route.name().to_string(),
             rule: k.rule.name.clone(),
             policy_version: ctx.policy.version,
             outcome: outcome.name(),

@@ -66,7 +66,7 @@ pub struct Policy {
     pub version: u64,
     pub identity: Identity,
     pub rules: BTreeMap<String, Arc<RuleSpec>>,
-    pub routes: Vec<Route>,
+    pub routes: Vec<Arc<Route>>,
     pub negative_cache: NegativeCacheSpec,
     pub store: StoreSpec,
     /// Upward jitter of `Retry-After`, as a fraction in [0, 1].
@@ -181,12 +181,38 @@ pub struct Route {
     pub path: String,
     pub rules: Vec<Arc<RuleSpec>>,
     pub on_store_error: OnStoreError,
+    /// `<METHOD> <path>`, made once at load rather than per request.
+    name: String,
+    /// Whether a key of the route takes `${ip}` (the address is rendered only then).
+    uses_ip: bool,
 }
 
 impl Route {
+    pub fn new(
+        method: String,
+        path: String,
+        rules: Vec<Arc<RuleSpec>>,
+        on_store_error: OnStoreError,
+    ) -> Route {
+        let name = format!("{method} {path}");
+        let uses_ip = rules.iter().any(|r| r.key.uses(Var::Ip));
+        Route {
+            method,
+            path,
+            rules,
+            on_store_error,
+            name,
+            uses_ip,
+        }
+    }
+
     /// The route's name in metrics and logs: `GET /catalog`.
-    pub fn name(&self) -> String {
-        format!("{} {}", self.method, self.path)
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn uses_ip(&self) -> bool {
+        self.uses_ip
     }
 }
 
@@ -238,7 +264,7 @@ impl Policy {
     }
 
     /// The route for a request, matched exactly on method and path.
-    pub fn route(&self, method: &str, path: &str) -> Option<&Route> {
+    pub fn route(&self, method: &str, path: &str) -> Option<&Arc<Route>> {
         self.routes
             .iter()
             .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)

@@ -72,6 +72,11 @@ impl KeyTemplate {
         })
     }
 
+    /// Whether the template takes this variable.
+    pub fn uses(&self, var: Var) -> bool {
+        self.parts.contains(&Part::Var(var))
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }

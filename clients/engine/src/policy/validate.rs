@@ -188,7 +188,7 @@ impl RawPolicy {
                     format!("duplicate route {} (also routes[{first}])", route.name()),
                 ));
             }
-            routes.push(route);
+            routes.push(Arc::new(route));
         }
         let negative_cache = NegativeCacheSpec {
             max: optional_duration(
@@ -486,11 +486,11 @@ impl RawRoute {
                 }
             },
         };
-        Ok(Route {
-            method: self.method.to_ascii_uppercase(),
-            path: self.path,
-            rules: specs,
+        Ok(Route::new(
+            self.method.to_ascii_uppercase(),
+            self.path,
+            specs,
             on_store_error,
-        })
+        ))
     }
 }

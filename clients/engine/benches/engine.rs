@@ -1,0 +1,107 @@
+//! The engine alone, without I/O: what one decision costs the gateway's own CPU.
+//!
+//! - `ask_and_resume`: a 3-rule route (a bucket and a gcra rule in one `RL.MULTI`, a grant
+//!   rule spent from its local chunk): `begin` renders the keys and asks the store, `resume`
+//!   reads the scripted reply and renders the headers.
+//! - `cached_refusal`: the same route refused from the negative cache, no store call.
+//!
+//! `cargo bench -p redis-rl-engine --bench engine`
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use rl_engine::memory::MemoryStore;
+use rl_engine::{Answer, Engine, Instant, Options, Policy, Reply, Request, Step};
+
+const POLICY: &str = r#"{
+  "version": 1,
+  "identity": {"user": "x-user", "tenant": "x-tenant"},
+  "rules": {
+    "read":   {"key": "{t:${tenant}}:read:${user}", "algo": "bucket", "limit": 2, "period": "1s", "burst": 20},
+    "tenant": {"key": "{t:${tenant}}:tenant", "limit": 1000, "period": "1m"},
+    "global": {"key": "global:catalog", "limit": 40000, "period": "1s", "burst": 1000000000, "grant": {"want": 1000000000, "ttl": "1h"}}
+  },
+  "routes": [{"method": "GET", "path": "/catalog", "rules": ["read", "tenant", "global"]}],
+  "negative_cache": {"max": "1h"}
+}"#;
+
+fn engine() -> Engine {
+    let policy = Policy::from_json(POLICY).expect("the policy");
+    let options = Options {
+        log_sample: 0.0,
+        ..Options::default()
+    };
+    Engine::new(policy, Arc::default(), options)
+}
+
+fn multi_reply(allowed: bool) -> Reply {
+    let rule = |name: &str, remaining| {
+        Reply::Array(vec![
+            Reply::Bulk(name.as_bytes().to_vec()),
+            Reply::Int(remaining),
+            Reply::Int(500),
+        ])
+    };
+    Reply::Array(vec![
+        Reply::Int(i64::from(allowed)),
+        if allowed {
+            Reply::Nil
+        } else {
+            Reply::Bulk(b"read".to_vec())
+        },
+        Reply::Int(if allowed { 0 } else { 3_600_000 }),
+        Reply::Array(vec![rule("read", 19), rule("tenant", 999)]),
+    ])
+}
+
+fn bench(c: &mut Criterion) {
+    let headers = vec![("x-user", "ann"), ("x-tenant", "atlas")];
+    let request = Request {
+        method: "GET",
+        path: "/catalog",
+        headers: &headers,
+        peer: Some([192, 0, 2, 1].into()),
+        caller: None,
+    };
+    let now = Instant::from_micros(1_767_225_600_000_000);
+
+    // The grant rule's chunk is filled once, from the memory store, and lasts the whole run
+    // (a billion tokens for an hour).
+    let warm = engine();
+    let mut store = MemoryStore::new();
+    let (mut pending, mut step) = warm.begin(&request, now);
+    while let Step::Calls { calls, .. } = step {
+        let answers = calls
+            .iter()
+            .map(|c| Answer::Reply(store.call(c.args.as_slice(), now.as_micros())))
+            .collect();
+        step = warm.resume(&mut pending, answers, now);
+    }
+
+    c.bench_function("ask_and_resume", |b| {
+        b.iter(|| {
+            let (mut pending, step) = warm.begin(black_box(&request), now);
+            let Step::Calls { calls, .. } = step else {
+                panic!("the route asks the store: {step:?}");
+            };
+            // The chunk holds enough for every iteration: only RL.MULTI goes to the store.
+            debug_assert_eq!(calls.len(), 1);
+            let done = warm.resume(&mut pending, vec![Answer::Reply(multi_reply(true))], now);
+            black_box(done)
+        })
+    });
+
+    let (mut pending, _) = warm.begin(&request, now);
+    let refused = warm.resume(&mut pending, vec![Answer::Reply(multi_reply(false))], now);
+    assert!(matches!(refused, Step::Done(ref v) if v.status == Some(429)));
+    c.bench_function("cached_refusal", |b| {
+        b.iter(|| {
+            let (_pending, step) = warm.begin(black_box(&request), now);
+            black_box(step)
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,92 @@
+//! Every table the engine keeps is bounded by the policy, whatever the number of callers:
+//! 100,000 distinct callers, each refused once by the store (negative cache), each spending a
+//! chunk of its own (grant rule), then each decided by the local fallback while the store is
+//! down, leave at most `negative_cache.entries` entries in each table.
+
+use std::sync::Arc;
+
+use rl_engine::memory::MemoryStore;
+use rl_engine::{Answer, Engine, Instant, Options, Policy, Request, Step, Verdict};
+
+const ENTRIES: usize = 1000;
+const CALLERS: u64 = 100_000;
+
+fn policy() -> Policy {
+    Policy::from_json(&format!(
+        r#"{{
+  "version": 1,
+  "identity": {{"user": "x-user"}},
+  "rules": {{
+    "user":  {{"key": "u:${{user}}", "limit": 1, "period": "1h"}},
+    "chunk": {{"key": "c:${{user}}", "limit": 100, "period": "1s", "grant": {{"want": 10}}}}
+  }},
+  "routes": [{{"method": "GET", "path": "/", "rules": ["user", "chunk"],
+               "on_store_error": {{"mode": "fallback", "limit": 1, "period": "1h"}}}}],
+  "negative_cache": {{"entries": {ENTRIES}}}
+}}"#
+    ))
+    .unwrap()
+}
+
+fn decide(engine: &Engine, store: Option<&mut MemoryStore>, user: &str, now: Instant) -> Verdict {
+    let headers = vec![("x-user", user.to_string())];
+    let request = Request {
+        method: "GET",
+        path: "/",
+        headers: &headers,
+        peer: None,
+        caller: None,
+    };
+    let (mut pending, mut step) = engine.begin(&request, now);
+    let mut store = store;
+    loop {
+        match step {
+            Step::Done(verdict) => return verdict,
+            Step::Wait { until } => step = engine.resume(&mut pending, Vec::new(), until),
+            Step::Calls { calls, .. } => {
+                let answers = calls
+                    .iter()
+                    .map(|c| match store.as_deref_mut() {
+                        Some(s) => Answer::Reply(s.call(c.args.as_slice(), now.as_micros())),
+                        None => Answer::Failed("connection refused".into()),
+                    })
+                    .collect();
+                step = engine.resume(&mut pending, answers, now);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hundred_thousand_callers_stay_within_the_tables_bounds() {
+    let options = Options {
+        log_sample: 0.0,
+        ..Options::default()
+    };
+    let engine = Engine::new(policy(), Arc::default(), options);
+    let mut store = MemoryStore::new();
+    let now = Instant::from_micros(1_767_225_600_000_000);
+    for i in 0..CALLERS {
+        let user = format!("user-{i}");
+        assert_eq!(decide(&engine, Some(&mut store), &user, now).status, None);
+        assert_eq!(
+            decide(&engine, Some(&mut store), &user, now).status,
+            Some(429)
+        );
+    }
+    let (cache, chunks, fallback) = engine.table_sizes();
+    assert_eq!((cache, chunks), (ENTRIES, ENTRIES));
+    assert_eq!(fallback, 0);
+
+    // The store goes away: five failures open the breaker, and every caller is decided by
+    // its own local limiter.
+    let mut fallback_admits = 0;
+    for i in 0..CALLERS {
+        let verdict = decide(&engine, None, &format!("other-{i}"), now);
+        fallback_admits += u64::from(verdict.status.is_none());
+    }
+    assert_eq!(fallback_admits, CALLERS);
+    let (cache, chunks, fallback) = engine.table_sizes();
+    assert!(cache <= ENTRIES && chunks <= ENTRIES, "{cache} {chunks}");
+    assert_eq!(fallback, ENTRIES);
+}

@@ -7,7 +7,7 @@
 //! scenarios hold every binding to.
 //!
 //! - [`policy`]: the versioned JSON policy, validated with the JSON path of a bad field.
-//! - [`engine`]: the state machine ([`Engine`], [`Step`], [`Verdict`], [`Lease`]).
+//! - [`engine`]: the state machine ([`Engine`], [`Step`], [`Verdict`], [`Holdings`]).
 //! - [`cache`], [`breaker`], [`fallback`]: the negative cache, the breaker, the local limiters.
 //! - [`headers`], [`problem`], [`metrics`]: what callers and operators see.
 //! - [`wire`]: commands as argument vectors (module or script encoding) and replies parsed.
@@ -40,7 +40,7 @@ pub mod time;
 pub mod wire;
 
 pub use engine::{
-    Answer, Call, Caller, Engine, Lease, LogLevel, LogRecord, Options, Pending, Request, Step,
+    Answer, Call, Caller, Engine, Holdings, LogLevel, LogRecord, Options, Pending, Request, Step,
     Verdict, VerdictKind,
 };
 pub use identity::Headers;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rl_engine::memory::MemoryStore;
 use rl_engine::{
-    Answer, Call, Caller, Engine, Instant, Lease, Metrics, Options, Pending, Policy, Reply,
+    Answer, Call, Caller, Engine, Holdings, Instant, Metrics, Options, Pending, Policy, Reply,
     Request, Step, Verdict,
 };
 use serde_json::{json, Value};
@@ -95,7 +95,7 @@ struct Run {
     store: MemoryStore,
     now: u64,
     pending: HashMap<String, (Pending, Step)>,
-    leases: HashMap<String, (Lease, u64)>,
+    leases: HashMap<String, (Holdings, u64)>,
 }
 
 type R<T> = Result<T, String>;
@@ -258,7 +258,7 @@ impl Run {
         self.check_verdict(step, &verdict, &mut pending, &script)?;
         if let Some(id) = step.get("id").and_then(Value::as_str) {
             self.leases
-                .insert(id.to_string(), (pending.lease(), started));
+                .insert(id.to_string(), (pending.holdings(), started));
         }
         Ok(())
     }

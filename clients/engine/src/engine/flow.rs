@@ -194,8 +194,8 @@ impl Pending {
     }
 
     /// What the request holds after an admission, to settle and release at the response's end.
-    pub fn lease(&mut self) -> super::Lease {
-        super::Lease::new(
+    pub fn holdings(&mut self) -> super::Holdings {
+        super::Holdings::new(
             std::mem::take(&mut self.held),
             std::mem::take(&mut self.reserved),
         )

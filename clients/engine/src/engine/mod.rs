@@ -1,7 +1,7 @@
 //! The gateway as a state machine without I/O (`clients/CONTRACT.md` section 9): given a
 //! request and the time, [`Engine::begin`] answers a verdict or the store calls to make; given
 //! their replies, [`Engine::resume`] answers the next step; after the response, the request's
-//! [`Lease`] answers the calls that settle and release, and on a tick the renewals due. A
+//! [`Holdings`] answers the calls that settle and release, and on a tick the renewals due. A
 //! driver (the tower layer, a Python or Node binding, `rl-gateway`) only moves bytes.
 //!
 //! One request, in order: the route and the caller's keys; the negative cache; the breaker;
@@ -10,11 +10,11 @@
 //! Every step after the first carries the same deadline, `store.timeout` from the start.
 
 mod flow;
-mod lease;
+mod holdings;
 mod verdict;
 
 pub use flow::Pending;
-pub use lease::Lease;
+pub use holdings::Holdings;
 pub use verdict::{LogLevel, LogRecord, Verdict, VerdictKind};
 
 use std::collections::HashMap;

@@ -19,7 +19,7 @@ use rl_engine::headers::{self, HeaderOutcome, HeaderRule};
 use rl_engine::metrics::{CallResult, Event, Metrics, Outcome};
 use rl_engine::problem;
 use rl_engine::wire::command::{duration_arg, Acquire};
-use rl_engine::{Lease, Verdict, VerdictKind};
+use rl_engine::{Holdings, Verdict, VerdictKind};
 use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -240,7 +240,7 @@ impl<C: RlConnection + 'static> Limit<C> {
             log: Vec::new(),
         };
         let slot = |key: String, holder: Vec<u8>| {
-            let lease = Lease::slot(key.into_bytes(), holder, self.lease);
+            let lease = Holdings::slot(key.into_bytes(), holder, self.lease);
             Leases::new(self.rl.clone(), lease, super::now())
         };
         let lease = match asked {

@@ -1,12 +1,12 @@
 //! What an admitted request holds in the store until its response ends, kept by the driver:
-//! the engine's [`rl_engine::Lease`] says which calls to make; this sends them. Semaphore
+//! the engine's [`rl_engine::Holdings`] says which calls to make; this sends them. Semaphore
 //! slots are renewed on a task of their own while the request runs, and released when this is
 //! dropped (the response ended or the request was cancelled); reservations are settled by
 //! [`Leases::settle`], or their estimate stands.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rl_engine::Lease;
+use rl_engine::Holdings;
 use tokio::task::JoinHandle;
 
 use super::{background, send_each};
@@ -14,17 +14,17 @@ use crate::client::{Rl, RlConnection};
 
 pub struct Leases<C: RlConnection + 'static> {
     rl: Rl<C>,
-    lease: Arc<Mutex<Lease>>,
+    lease: Arc<Mutex<Holdings>>,
     heartbeat: Option<JoinHandle<()>>,
 }
 
-fn lock(lease: &Mutex<Lease>) -> MutexGuard<'_, Lease> {
+fn lock(lease: &Mutex<Holdings>) -> MutexGuard<'_, Holdings> {
     lease.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<C: RlConnection + 'static> Leases<C> {
     /// `started`: when the request was admitted, from which renewals are due.
-    pub fn new(rl: Rl<C>, lease: Lease, started: rl_engine::Instant) -> Leases<C> {
+    pub fn new(rl: Rl<C>, lease: Holdings, started: rl_engine::Instant) -> Leases<C> {
         let every = lease.renew_every();
         let lease = Arc::new(Mutex::new(lease));
         let heartbeat = every.and_then(|every| {

@@ -239,8 +239,8 @@ impl<C: RlConnection + 'static> Gateway<C> {
                     background(rl, verdict.background.clone());
                     log(&verdict.log);
                     let lease = match pending.pending.take() {
-                        Some(mut p) => p.lease(),
-                        None => rl_engine::Lease::default(),
+                        Some(mut p) => p.holdings(),
+                        None => rl_engine::Holdings::default(),
                     };
                     return (verdict, Leases::new(rl.clone(), lease, started));
                 }

@@ -10,7 +10,7 @@ use crate::time::Instant;
 use crate::wire::command;
 
 #[derive(Debug, Default)]
-pub struct Lease {
+pub struct Holdings {
     held: Vec<Held>,
     reserved: Vec<Reserved>,
     next_renewal: Option<Instant>,
@@ -22,9 +22,9 @@ pub fn actual_cost(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.trim().parse().ok()
 }
 
-impl Lease {
-    pub(crate) fn new(held: Vec<Held>, reserved: Vec<Reserved>) -> Lease {
-        Lease {
+impl Holdings {
+    pub(crate) fn new(held: Vec<Held>, reserved: Vec<Reserved>) -> Holdings {
+        Holdings {
             held,
             reserved,
             next_renewal: None,
@@ -33,8 +33,8 @@ impl Lease {
 
     /// One semaphore slot a face acquired itself (a concurrency limit keyed by code), to renew
     /// and release like a policy's.
-    pub fn slot(key: Vec<u8>, holder: Vec<u8>, lease: Duration) -> Lease {
-        Lease::new(vec![Held { key, holder, lease }], Vec::new())
+    pub fn slot(key: Vec<u8>, holder: Vec<u8>, lease: Duration) -> Holdings {
+        Holdings::new(vec![Held { key, holder, lease }], Vec::new())
     }
 
     /// Whether nothing is held or reserved (no call at the response's end).
@@ -47,7 +47,7 @@ impl Lease {
         self.held.len()
     }
 
-    /// A third of the shortest lease held: how often [`Lease::tick`] has renewals due.
+    /// A third of the shortest lease held: how often [`Holdings::tick`] has renewals due.
     pub fn renew_every(&self) -> Option<Duration> {
         self.held
             .iter()

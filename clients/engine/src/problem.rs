@@ -52,6 +52,20 @@ pub fn limiter_unavailable() -> Problem {
     }
 }
 
+/// 431: an identity header (`user`, `tenant`) longer than 256 bytes.
+pub fn identity_too_long() -> Problem {
+    Problem {
+        status: 431,
+        body: json!({
+            "type": "about:blank",
+            "title": "Request Header Fields Too Large",
+            "status": 431,
+            "detail": "An identity header is longer than 256 bytes.",
+        })
+        .to_string(),
+    }
+}
+
 /// 500: the module refused a store call. The deployment's bug, not the caller's: the body
 /// says so without the store's text (which may name keys, and so identities).
 pub fn store_refused(_error: &str) -> Problem {

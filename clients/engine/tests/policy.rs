@@ -370,10 +370,10 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
     use rl_engine::policy::KeyTemplate;
     let t = KeyTemplate::parse("{t:${tenant}}:read:${user}:${ip}:${route}").unwrap();
     let id = RequestIdentity {
-        user: Some("17"),
-        tenant: Some("atlas"),
-        ip: Some("10.0.0.1"),
-        route: Some("GET /catalog"),
+        user: Some(b"17"),
+        tenant: Some(b"atlas"),
+        ip: Some(b"10.0.0.1"),
+        route: Some(b"GET /catalog"),
     };
     assert_eq!(t.render(&id), "{t:atlas}:read:17:10.0.0.1:GET /catalog");
     assert_eq!(
@@ -381,14 +381,32 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
         "{t:anonymous}:read:anonymous:anonymous:anonymous"
     );
     let sneaky = RequestIdentity {
-        tenant: Some("a}b{%"),
-        user: Some(""),
+        tenant: Some(b"a}b{%"),
+        user: Some(b""),
         ..id
     };
     assert_eq!(
         t.render(&sneaky),
         "{t:a%7Db%7B%25}:read:anonymous:10.0.0.1:GET /catalog"
     );
+    // Identities are bytes: UTF-8 stays as it is, other bytes are escaped, and neither can
+    // pass for the other (Latin-1 'é' is not '%E9' written out, nor anonymous).
+    let user = |u: &'static [u8]| {
+        t.render(&RequestIdentity {
+            user: Some(u),
+            ..id
+        })
+    };
+    assert_eq!(
+        user("é".as_bytes()),
+        "{t:atlas}:read:é:10.0.0.1:GET /catalog"
+    );
+    assert_eq!(
+        user("用户".as_bytes()),
+        "{t:atlas}:read:用户:10.0.0.1:GET /catalog"
+    );
+    assert_eq!(user(b"\xe9"), "{t:atlas}:read:%E9:10.0.0.1:GET /catalog");
+    assert_eq!(user(b"%E9"), "{t:atlas}:read:%25E9:10.0.0.1:GET /catalog");
     assert!(KeyTemplate::parse("k:${user").is_err());
     assert!(KeyTemplate::parse("").is_err());
 }

@@ -209,19 +209,8 @@ impl Run {
             Value::Object(map) => map
                 .iter()
                 .flat_map(|(k, v)| match v {
-                    Value::Array(values) => values
-                        .iter()
-                        .map(|v| {
-                            (
-                                k.clone(),
-                                v.as_str().unwrap_or_default().as_bytes().to_vec(),
-                            )
-                        })
-                        .collect(),
-                    v => vec![(
-                        k.clone(),
-                        v.as_str().unwrap_or_default().as_bytes().to_vec(),
-                    )],
+                    Value::Array(values) => values.iter().map(|v| (k.clone(), bytes(v))).collect(),
+                    v => vec![(k.clone(), bytes(v))],
                 })
                 .collect(),
             _ => Vec::new(),
@@ -522,10 +511,28 @@ fn expect_calls(want: Option<&Value>, calls: &[Call]) -> R<()> {
     matches(want, &Value::Array(got), "calls")
 }
 
+/// A header value: a string, or `{"hex": "e9"}` for bytes that are not UTF-8, or
+/// `{"repeat": "a", "times": 257}`.
+fn bytes(v: &Value) -> Vec<u8> {
+    if let Some(hex) = v.get("hex").and_then(Value::as_str) {
+        return (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+    }
+    if let Some(text) = v.get("repeat").and_then(Value::as_str) {
+        let times = v["times"].as_u64().unwrap() as usize;
+        return text.repeat(times).into_bytes();
+    }
+    v.as_str().unwrap_or_default().as_bytes().to_vec()
+}
+
 fn args_json(args: &[Vec<u8>]) -> Value {
     Value::Array(
         args.iter()
-            .map(|a| json!(String::from_utf8_lossy(a)))
+            .map(|a| match std::str::from_utf8(a) {
+                Ok(text) => json!(text),
+                Err(_) => json!({"hex": a.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
+            })
             .collect(),
     )
 }

@@ -197,7 +197,9 @@ async fn offer(
                         let counter = match verdict.kind {
                             VerdictKind::Admit => &tally.admitted,
                             VerdictKind::Refuse => &tally.refused,
-                            VerdictKind::Unavailable | VerdictKind::Error => &tally.unavailable,
+                            VerdictKind::Unavailable | VerdictKind::Error | VerdictKind::Reject => {
+                                &tally.unavailable
+                            }
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
                     }

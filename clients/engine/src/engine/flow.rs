@@ -19,6 +19,10 @@ use crate::time::Instant;
 use crate::wire::command::{self, Acquire, Admit, Grant, Multi, MultiRule};
 use crate::wire::{reply, slot, Error, Reply};
 
+/// The longest identity value (`user`, `tenant`) a request may carry, in bytes: longer ones
+/// are answered 431.
+pub const MAX_IDENTITY: usize = 256;
+
 /// A semaphore slot held for the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {
@@ -110,19 +114,27 @@ impl Pending {
             return (pending, Step::Done(verdict));
         };
         let route = Arc::clone(route);
-        let header = |name: Option<&str>| -> Option<&str> {
-            let value = request.headers.first(name?)?;
-            std::str::from_utf8(value)
-                .ok()
-                .filter(|text| !text.is_empty())
+        let header = |name: Option<&str>| -> Option<&[u8]> {
+            request.headers.first(name?).filter(|v| !v.is_empty())
         };
         let caller = request.caller;
         let user = caller
             .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
+            .map(str::as_bytes)
             .or_else(|| header(policy.identity.user.as_deref()));
         let tenant = caller
             .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
+            .map(str::as_bytes)
             .or_else(|| header(policy.identity.tenant.as_deref()));
+        // An identity longer than any real one is a caller's attempt to grow the tables.
+        if [user, tenant]
+            .iter()
+            .flatten()
+            .any(|v| v.len() > MAX_IDENTITY)
+        {
+            let verdict = super::Verdict::identity_too_long(policy.version, route.name());
+            return (pending, Step::Done(verdict));
+        }
         let ip = route
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))
@@ -131,8 +143,8 @@ impl Pending {
         let id = RequestIdentity {
             user,
             tenant,
-            ip: ip.as_deref(),
-            route: Some(route.name()),
+            ip: ip.as_deref().map(str::as_bytes),
+            route: Some(route.name().as_bytes()),
         };
         let keyed: Vec<Keyed> = route
             .rules

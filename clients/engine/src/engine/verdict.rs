@@ -23,6 +23,9 @@ pub enum VerdictKind {
     /// The module refused a store call (`ERR`, `WRONGTYPE`, `CROSSSLOT`): a bug in the policy
     /// or the deployment, answered 500. Never the posture, never the breaker.
     Error,
+    /// The request cannot be decided as sent (431: an identity value over 256 bytes): the
+    /// caller's to fix, answered before any store call.
+    Reject,
 }
 
 /// How a decision record is logged.
@@ -65,6 +68,16 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    pub(crate) fn identity_too_long(policy_version: u64, route: &str) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Reject,
+            status: Some(431),
+            problem: Some(problem::identity_too_long()),
+            route: Some(route.to_string()),
+            ..Verdict::pass(policy_version)
+        }
+    }
+
     pub(crate) fn pass(policy_version: u64) -> Verdict {
         Verdict {
             kind: VerdictKind::Admit,

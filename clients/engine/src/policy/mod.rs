@@ -71,6 +71,10 @@ pub struct Policy {
     pub store: StoreSpec,
     /// Upward jitter of `Retry-After`, as a fraction in [0, 1].
     pub retry_after_jitter: f64,
+    /// `/checkout/` is not `/checkout` (by default it is, as most frameworks route).
+    pub strict_slash: bool,
+    /// Whether paths match case-sensitively (the default; express routes without case).
+    pub case_sensitive: bool,
 }
 
 /// Where a request's identity comes from.
@@ -263,10 +267,31 @@ impl Policy {
         raw.validate()
     }
 
-    /// The route for a request, matched exactly on method and path.
+    /// The route for a request, matched the way the backend routes, so that no variant of a
+    /// request skips its route's rules: the method without case, the path exactly (without
+    /// case when `case_sensitive` is false); then, unless `strict_slash`, the path without its
+    /// trailing slash; and a `HEAD` no route names is decided as the `GET` the framework runs
+    /// for it.
     pub fn route(&self, method: &str, path: &str) -> Option<&Arc<Route>> {
-        self.routes
-            .iter()
-            .find(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
+        let find = |method: &str, path: &str| {
+            self.routes.iter().find(|r| {
+                r.method.eq_ignore_ascii_case(method)
+                    && if self.case_sensitive {
+                        r.path == path
+                    } else {
+                        r.path.eq_ignore_ascii_case(path)
+                    }
+            })
+        };
+        let bare = path
+            .strip_suffix('/')
+            .filter(|p| !self.strict_slash && !p.is_empty());
+        let either = |method: &str| find(method, path).or_else(|| find(method, bare?));
+        either(method).or_else(|| {
+            method
+                .eq_ignore_ascii_case("HEAD")
+                .then(|| either("GET"))
+                .flatten()
+        })
     }
 }

@@ -1,5 +1,7 @@
 //! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}` rendered for one request.
 
+use std::fmt::Write as _;
+
 // ---- Key templates ----
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,13 +25,15 @@ pub struct KeyTemplate {
     parts: Vec<Part>,
 }
 
-/// What a request contributes to its keys; a missing part renders as `anonymous`.
+/// What a request contributes to its keys, as the bytes received (identities are bytes: a
+/// value that is not UTF-8 is an identity of its own); a missing or empty part renders as
+/// `anonymous`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestIdentity<'a> {
-    pub user: Option<&'a str>,
-    pub tenant: Option<&'a str>,
-    pub ip: Option<&'a str>,
-    pub route: Option<&'a str>,
+    pub user: Option<&'a [u8]>,
+    pub tenant: Option<&'a [u8]>,
+    pub ip: Option<&'a [u8]>,
+    pub route: Option<&'a [u8]>,
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -117,9 +121,10 @@ impl KeyTemplate {
         None
     }
 
-    /// Renders the key for a request. Values are percent-escaped for `%`, `{` and `}` so a
-    /// caller-chosen header can neither move its key to another slot (breaking `RL.MULTI`) nor
-    /// collide with another identity's key.
+    /// Renders the key for a request. Values are percent-escaped for `%`, `{` and `}`, and
+    /// for each byte that is not part of valid UTF-8, so a caller-chosen header can neither
+    /// move its key to another slot (breaking `RL.MULTI`) nor collide with another identity's
+    /// key: the escaping is injective, since a `%` of the value is always escaped itself.
     pub fn render(&self, id: &RequestIdentity<'_>) -> String {
         let mut out = String::with_capacity(self.source.len().saturating_add(16));
         for part in &self.parts {
@@ -133,13 +138,18 @@ impl KeyTemplate {
                         Var::Route => id.route,
                     }
                     .filter(|s| !s.is_empty())
-                    .unwrap_or(ANONYMOUS);
-                    for c in value.chars() {
-                        match c {
-                            '%' => out.push_str("%25"),
-                            '{' => out.push_str("%7B"),
-                            '}' => out.push_str("%7D"),
-                            c => out.push(c),
+                    .unwrap_or(ANONYMOUS.as_bytes());
+                    for chunk in value.utf8_chunks() {
+                        for c in chunk.valid().chars() {
+                            match c {
+                                '%' => out.push_str("%25"),
+                                '{' => out.push_str("%7B"),
+                                '}' => out.push_str("%7D"),
+                                c => out.push(c),
+                            }
+                        }
+                        for b in chunk.invalid() {
+                            let _ = write!(out, "%{b:02X}");
                         }
                     }
                 }

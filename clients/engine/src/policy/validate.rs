@@ -33,6 +33,14 @@ pub(super) struct RawPolicy {
     store: RawStore,
     #[serde(default)]
     retry_after_jitter: f64,
+    #[serde(default)]
+    strict_slash: bool,
+    #[serde(default = "yes")]
+    case_sensitive: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize, Default)]
@@ -181,7 +189,13 @@ impl RawPolicy {
         let mut routes = Vec::with_capacity(self.routes.len());
         for (i, raw) in self.routes.into_iter().enumerate() {
             let route = raw.validate(&format!("routes[{i}]"), &rules)?;
-            let id = (route.method.clone(), route.path.clone());
+            // Two routes one request could match are one route written twice.
+            let path = if self.case_sensitive {
+                route.path.clone()
+            } else {
+                route.path.to_ascii_lowercase()
+            };
+            let id = (route.method.clone(), path);
             if let Some(first) = seen.insert(id, i) {
                 return Err(invalid(
                     format!("routes[{i}]"),
@@ -237,6 +251,8 @@ impl RawPolicy {
             negative_cache,
             store,
             retry_after_jitter: self.retry_after_jitter,
+            strict_slash: self.strict_slash,
+            case_sensitive: self.case_sensitive,
         })
     }
 }

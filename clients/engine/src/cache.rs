@@ -1,4 +1,4 @@
-//! The negative cache of `CLIENTS.md` section 3: after the store refuses, refuse the same
+//! The negative cache of `clients/CONTRACT.md` section 3: after the store refuses, refuse the same
 //! request locally for a while without a round trip, so a denial flood costs the store about
 //! one call per key per `max`.
 //!

@@ -1,4 +1,4 @@
-//! The HTTP fields a decision feeds (`CLIENTS.md` section 5): `RateLimit-Policy` and
+//! The HTTP fields a decision feeds (`clients/CONTRACT.md` section 5): `RateLimit-Policy` and
 //! `RateLimit` (draft-ietf-httpapi-ratelimit-headers structured fields), the older
 //! `X-RateLimit-*` on request, and `Retry-After`. Pure: no I/O, no clock, no randomness of its own.
 

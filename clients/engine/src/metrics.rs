@@ -1,7 +1,7 @@
-//! What operators see (`CLIENTS.md` section 6): decision counters by route, rule and outcome,
-//! store call latency, grant refills, the breaker state, the policy version and each route's
-//! posture, rendered as Prometheus text; and a hook handing every event to the application's
-//! own metrics library.
+//! What operators see (`clients/CONTRACT.md` section 6): decision counters by route, rule and
+//! outcome, store call latency, grant refills, the breaker state, the policy version and each
+//! route's posture, rendered as Prometheus text; and a hook handing every event to the
+//! application's own metrics library.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -8,7 +8,7 @@ use rl_engine::policy::{OnStoreError, Policy, PolicyError, RequestIdentity, Rule
 use rl_engine::{Engine, Options};
 use serde_json::{json, Value};
 
-/// The example policy of CLIENTS.md section 2.
+/// The example policy of clients/CONTRACT.md section 2.
 fn example() -> Value {
     json!({
       "version": 7,

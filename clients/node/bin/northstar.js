@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The example gateway of CLIENTS.md section 7: the gateway in front of a stub backend, with
-// /healthz, /metrics and POST /-/reload served by the gateway itself.
+// The example gateway of clients/CONTRACT.md section 7: the gateway in front of a stub backend,
+// with /healthz, /metrics and POST /-/reload served by the gateway itself.
 //
 //   northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]
 import express from 'express';

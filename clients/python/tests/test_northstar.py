@@ -1,6 +1,6 @@
-"""The example gateway as an executable: started with the flags of CLIENTS.md section 7 behind
-a real uvicorn, driven over real HTTP. It runs in this test environment (NORTHSTAR_VENV), which
-has the package and uvicorn, rather than building its own on first run."""
+"""The example gateway as an executable: started with the flags of clients/CONTRACT.md section 7
+behind a real uvicorn, driven over real HTTP. It runs in this test environment (NORTHSTAR_VENV),
+which has the package and uvicorn, rather than building its own on first run."""
 
 import os
 import subprocess

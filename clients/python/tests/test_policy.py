@@ -1,5 +1,5 @@
 """Policy validation: each refusal names the field by its JSON path; the example policy of
-CLIENTS.md loads."""
+clients/CONTRACT.md loads."""
 
 import copy
 import json

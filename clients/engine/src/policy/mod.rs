@@ -1,5 +1,6 @@
-//! The versioned JSON policy of `CLIENTS.md` section 2: parsed with serde, then validated into
-//! types the gateway can use without re-checking (a rule here is a rule the module accepts).
+//! The versioned JSON policy of `clients/CONTRACT.md` section 2: parsed with serde, then
+//! validated into types the gateway can use without re-checking (a rule here is a rule the
+//! module accepts).
 //!
 //! Every refusal names the field by its JSON path (`rules.read.period`), because the operator
 //! reading the error has the file open, not this code.
@@ -220,7 +221,7 @@ impl Route {
     }
 }
 
-/// What a route does when the store cannot answer (`CLIENTS.md` section 4).
+/// What a route does when the store cannot answer (`clients/CONTRACT.md` section 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnStoreError {
     Deny,

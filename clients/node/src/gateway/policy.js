@@ -1,4 +1,4 @@
-// The versioned JSON policy (CLIENTS.md section 2, clients/SPEC.md "Gateway behaviour" 1),
+// The versioned JSON policy (clients/CONTRACT.md section 2, clients/SPEC.md "Gateway behaviour" 1),
 // validated into the shapes the gateway uses without re-checking. Every refusal names the
 // field by its JSON path, because the operator reading it has the file open, not this code.
 import { readFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-"""The example gateway of CLIENTS.md section 7, in front of a stub backend:
+"""The example gateway of clients/CONTRACT.md section 7, in front of a stub backend:
 
     northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]
 

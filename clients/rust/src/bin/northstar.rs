@@ -1,5 +1,5 @@
-//! The example gateway of `CLIENTS.md` section 7: the rate-limit layer in front of a stub
-//! backend, with `/healthz`, `/metrics` and `POST /-/reload` served by the gateway itself.
+//! The example gateway of `clients/CONTRACT.md` section 7: the rate-limit layer in front of a
+//! stub backend, with `/healthz`, `/metrics` and `POST /-/reload` served by the gateway itself.
 //!
 //! northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]
 

@@ -1,4 +1,4 @@
-//! A retry helper for a service's outgoing calls (`CLIENTS.md` section 5): jittered
+//! A retry helper for a service's outgoing calls (`clients/CONTRACT.md` section 5): jittered
 //! exponential backoff, the server's `Retry-After` as the floor of the next wait, capped
 //! attempts, and one idempotency key for every attempt of a non-idempotent call, so a retried
 //! request is not charged or applied twice. Generic over the HTTP client: the call is any async

@@ -1,5 +1,5 @@
-"""The gateway of CLIENTS.md: policy, negative cache, posture, metrics, retry helper, problem
-bodies, and the ASGI middleware and FastAPI dependency around them."""
+"""The gateway of clients/CONTRACT.md: policy, negative cache, posture, metrics, retry helper,
+problem bodies, and the ASGI middleware and FastAPI dependency around them."""
 
 from .asgi import RateLimited, RateLimitMiddleware, dependency, install
 from .core import Gateway, Outcome

@@ -363,6 +363,17 @@ impl Server {
         self.module = module;
     }
 
+    /// Kills the server with SIGKILL and leaves it down, keeping its port and directory for
+    /// [`Server::start_again`]: a store that is down when a client starts.
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
+    /// Starts a stopped server again on its port.
+    pub fn start_again(&mut self) {
+        self.boot(true);
+    }
+
     /// Kills the server with SIGKILL (no save, no last flush: only what it had already written
     /// to its AOF or RDB survives) and starts it again on the same directory and port, with
     /// `extra` configuration added.

@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 use axum::routing::{get, post};
 use axum::Router;
 use redis_rl_client::engine::PolicyError;
+use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, RlConnection};
 
@@ -56,15 +57,27 @@ fn parse_args() -> Result<Args, String> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+async fn main() -> std::process::ExitCode {
+    // Errors are told as sentences (a policy's names the field), not as debug dumps.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("northstar: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let policies = PolicyStore::load_file(&args.policy)?;
     if args.cluster {
         let client = redis::cluster::ClusterClient::new(vec![args.redis.as_str()])?;
         serve(&args, policies, client.get_async_connection().await?).await
     } else {
+        // Listens at once, taking the routes' postures until the store answers.
         let client = redis::Client::open(args.redis.as_str())?;
-        serve(&args, policies, client.get_connection_manager().await?).await
+        serve(&args, policies, Store::connect(client)).await
     }
 }
 

@@ -6,6 +6,7 @@
 //! [`concurrency`]) and `northstar`.
 
 pub mod concurrency;
+pub mod connect;
 pub mod layer;
 mod leases;
 pub mod retry;

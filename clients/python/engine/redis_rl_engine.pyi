@@ -1,0 +1,122 @@
+"""The redis-rl gateway engine (clients/engine): every decision a gateway makes, without I/O.
+
+Times are Unix microseconds from a monotonic source; calls are the module's commands as lists
+of bytes. `redis_rl.gateway` is the driver that does the I/O."""
+
+from typing import Any, List, Optional, Tuple, Union
+
+PROBLEM_CONTENT_TYPE: str
+
+class InvalidPolicy(Exception):
+    """A policy document the engine refused; the message names the bad field's JSON path."""
+
+class Call:
+    """One store call: `args`, the module's command (name first); `key`, the key that routes
+    it in a cluster."""
+
+    @property
+    def args(self) -> List[bytes]: ...
+    @property
+    def key(self) -> bytes: ...
+    def script_keys(self) -> List[bytes]:
+        """The keys the command touches (none for WAIT): what a script-mode EVALSHA declares."""
+
+class Answer:
+    """A call's end that is not a reply to read: made by `timeout`, `failed` and `error`."""
+
+def timeout() -> Answer:
+    """No reply by the step's deadline."""
+
+def failed(message: str) -> Answer:
+    """No reply at all: the store could not answer (I/O, LOADING, BUSY, ...)."""
+
+def error(text: str) -> Answer:
+    """A server error reply that refuses the call, its code first (`ERR ...`)."""
+
+Reply = Union[None, int, bytes, str, float, list, tuple, dict, Answer]
+
+class Calls:
+    """Send `calls` in order on one connection before `deadline`, then resume with one answer
+    each (calls left unanswered count as timeouts)."""
+
+    @property
+    def calls(self) -> List[Call]: ...
+    @property
+    def deadline(self) -> int: ...
+
+class Wait:
+    """Another request is refilling a chunk this one needs: resume with no answers at `until`."""
+
+    @property
+    def until(self) -> int: ...
+
+class Verdict:
+    """The engine's answer for one request."""
+
+    @property
+    def status(self) -> Optional[int]:
+        """None when the request goes on; otherwise 429, 503, 500 or 431."""
+    @property
+    def kind(self) -> str:
+        """`admit`, `refuse`, `unavailable`, `error` or `reject`."""
+    @property
+    def outcome(self) -> Optional[str]: ...
+    @property
+    def route(self) -> Optional[str]: ...
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def headers(self) -> List[Tuple[str, str]]: ...
+    @property
+    def problem(self) -> Optional[bytes]: ...
+    @property
+    def background(self) -> List[Call]: ...
+    @property
+    def log(self) -> List[Tuple[str, str, str, str, int, str]]:
+        """(level `info`/`warn`, message, route, rule, policy version, outcome)."""
+
+Step = Union[Calls, Wait, Verdict]
+
+class Holdings:
+    """What an admitted request holds; each method gives the calls to send."""
+
+    def tick(self, started: int, now: int) -> List[Call]: ...
+    def settle(self, actual_cost: Optional[bytes] = None) -> List[Call]: ...
+    def release(self) -> List[Call]: ...
+    def finish(self, actual_cost: Optional[bytes] = None) -> List[Call]: ...
+    @property
+    def renew_every_us(self) -> Optional[int]: ...
+    @property
+    def empty(self) -> bool: ...
+
+class Pending:
+    """A request being decided."""
+
+    def holdings(self) -> Holdings: ...
+    def abandon(self) -> List[Call]: ...
+    @property
+    def durable(self) -> bool: ...
+
+class Engine:
+    """One per process and store, shared by every request."""
+
+    def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.01,
+                 seed: Optional[int] = None) -> None: ...
+    def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
+              peer: Optional[str], now: int, user: Optional[str] = None,
+              tenant: Optional[str] = None) -> Tuple[Pending, Step]: ...
+    def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
+    def reload(self, policy: str) -> int: ...
+    @property
+    def policy_version(self) -> int: ...
+    @property
+    def store_timeout_us(self) -> int: ...
+    def render_metrics(self) -> str: ...
+    def store_mode(self, mode: str) -> None: ...
+    def table_sizes(self) -> Tuple[int, int, int]: ...
+
+class MemoryStore:
+    """Answers the engine's calls in memory with the module's own arithmetic."""
+
+    def __init__(self) -> None: ...
+    def call(self, args: List[bytes], now: int) -> Reply: ...

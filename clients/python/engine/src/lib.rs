@@ -1,0 +1,413 @@
+//! The gateway engine of redis-rl (`clients/engine`) as a Python extension module. It only
+//! carries values across: the Python driver (`redis_rl.gateway`) does the I/O with redis-py and
+//! the HTTP framework, and everything a gateway decides is the engine's, the same code the Rust
+//! and Node gateways run.
+
+mod convert;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyList, PyString};
+use rl_engine::metrics::{Event, Metrics};
+use rl_engine::{Caller, Headers, Instant, LogLevel, Mode, Options, Policy, PolicyError, Request};
+
+use convert::{answer, calls, Answer, Call};
+
+create_exception!(
+    redis_rl_engine,
+    InvalidPolicy,
+    PyException,
+    "A policy document the engine refused; the message names the bad field's JSON path."
+);
+
+fn policy_error(e: PolicyError) -> PyErr {
+    InvalidPolicy::new_err(e.to_string())
+}
+
+/// ASGI headers as they come: (name, value) pairs of bytes, names in any case.
+struct Pairs(Vec<(PyBackedBytes, PyBackedBytes)>);
+
+impl Pairs {
+    /// Each pair a tuple or a two-item list (ASGI servers give either).
+    fn of(headers: &Bound<'_, PyAny>) -> PyResult<Pairs> {
+        headers
+            .try_iter()?
+            .map(|pair| {
+                let pair = pair?;
+                Ok((pair.get_item(0)?.extract()?, pair.get_item(1)?.extract()?))
+            })
+            .collect::<PyResult<_>>()
+            .map(Pairs)
+    }
+}
+
+impl Headers for Pairs {
+    fn first(&self, name: &str) -> Option<&[u8]> {
+        self.0
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v.as_ref())
+    }
+
+    fn each(&self, name: &str, f: &mut dyn FnMut(&[u8])) {
+        for (n, v) in &self.0 {
+            if n.eq_ignore_ascii_case(name.as_bytes()) {
+                f(v);
+            }
+        }
+    }
+}
+
+/// The engine: one per process and store, shared by every request.
+#[pyclass(frozen, module = "redis_rl_engine")]
+struct Engine {
+    inner: rl_engine::Engine,
+}
+
+#[pymethods]
+impl Engine {
+    /// `policy`: the JSON document. `seed` fixes the engine's randomness (jitter, sampling,
+    /// ids); by default it is drawn from the OS.
+    #[new]
+    #[pyo3(signature = (policy, *, legacy_headers = false, log_sample = 0.01, seed = None))]
+    fn new(policy: &str, legacy_headers: bool, log_sample: f64, seed: Option<u64>) -> PyResult<Self> {
+        let policy = Policy::from_json(policy).map_err(policy_error)?;
+        let options = Options {
+            legacy_headers,
+            log_sample,
+            seed: seed.unwrap_or_else(random_seed),
+        };
+        Ok(Engine {
+            inner: rl_engine::Engine::new(policy, Arc::new(Metrics::default()), options),
+        })
+    }
+
+    /// Starts deciding a request at `now` (Unix microseconds): its state and first step.
+    /// `headers` are (name, value) pairs of bytes; `peer` is the connection's address; `user`
+    /// and `tenant`, when given, override the policy's identity headers.
+    #[pyo3(signature = (method, path, headers, peer, now, user = None, tenant = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        path: &str,
+        headers: &Bound<'_, PyAny>,
+        peer: Option<&str>,
+        now: u64,
+        user: Option<String>,
+        tenant: Option<String>,
+    ) -> PyResult<(Pending, Py<PyAny>)> {
+        let headers = Pairs::of(headers)?;
+        // An address the server could not give (a Unix socket) is no address.
+        let peer: Option<IpAddr> = peer.and_then(|p| p.parse().ok());
+        let caller = (user.is_some() || tenant.is_some()).then_some(Caller { user, tenant });
+        let request = Request {
+            method,
+            path,
+            headers: &headers,
+            peer,
+            caller: caller.as_ref(),
+        };
+        let (pending, step) = self.inner.begin(&request, Instant::from_micros(now));
+        Ok((Pending { inner: pending }, step_to_py(py, step)?))
+    }
+
+    /// Feeds the answers to the last step's calls (a reply as redis-py returned it, or an
+    /// `Answer`; none after a `Wait`) and gives the next step.
+    fn resume(
+        &self,
+        py: Python<'_>,
+        mut pending: PyRefMut<'_, Pending>,
+        answers: &Bound<'_, PyList>,
+        now: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let answers = answers
+            .iter()
+            .map(|a| answer(&a))
+            .collect::<PyResult<Vec<_>>>()?;
+        let step = self
+            .inner
+            .resume(&mut pending.inner, answers, Instant::from_micros(now));
+        step_to_py(py, step)
+    }
+
+    /// Puts a new policy document in force, unless its version is not higher than the one in
+    /// force (`InvalidPolicy`; the policy in force stays). Returns the new version.
+    fn reload(&self, policy: &str) -> PyResult<u64> {
+        let policy = Policy::from_json(policy).map_err(policy_error)?;
+        let policy = self.inner.reload(policy).map_err(policy_error)?;
+        Ok(policy.version)
+    }
+
+    /// The version of the policy in force.
+    #[getter]
+    fn policy_version(&self) -> u64 {
+        self.inner.policy().version
+    }
+
+    /// The policy's `store.timeout`, in microseconds.
+    #[getter]
+    fn store_timeout_us(&self) -> u64 {
+        u64::try_from(self.inner.policy().store.timeout.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The Prometheus text (format 0.0.4) of everything the engine counted.
+    fn render_metrics(&self) -> String {
+        self.inner.metrics().render()
+    }
+
+    /// Records the store's mode (`module` or `script`) for `rl_gateway_store_mode`.
+    fn store_mode(&self, mode: &str) -> PyResult<()> {
+        let mode = match mode {
+            "module" => Mode::Module,
+            "script" => Mode::Script,
+            other => return Err(PyValueError::new_err(format!("no mode {other:?}"))),
+        };
+        self.inner.metrics().record(Event::StoreMode(mode));
+        Ok(())
+    }
+
+    /// Entries held now in the negative cache, the chunk table and the fallback limiters.
+    fn table_sizes(&self) -> (usize, usize, usize) {
+        self.inner.table_sizes()
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    // The standard library's hasher keys are drawn from the OS once per process.
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// A request being decided.
+#[pyclass(module = "redis_rl_engine")]
+struct Pending {
+    inner: rl_engine::Pending,
+}
+
+#[pymethods]
+impl Pending {
+    /// After the verdict: what the admitted request holds until its response ends.
+    fn holdings(&mut self) -> Holdings {
+        Holdings {
+            inner: self.inner.holdings(),
+        }
+    }
+
+    /// The caller went away before the verdict: the calls that give back what it took.
+    fn abandon(&mut self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.abandon())
+    }
+
+    /// Whether the route has a `durable` rule (its calls may go on a connection of its own).
+    #[getter]
+    fn durable(&self) -> bool {
+        self.inner.is_durable()
+    }
+}
+
+/// What an admitted request holds: semaphore slots to renew and release, reservations to
+/// settle. Each method gives the calls to send.
+#[pyclass(module = "redis_rl_engine")]
+struct Holdings {
+    inner: rl_engine::Holdings,
+}
+
+#[pymethods]
+impl Holdings {
+    /// The renewals due at `now` for a request admitted at `started` (microseconds).
+    fn tick(&mut self, py: Python<'_>, started: u64, now: u64) -> PyResult<Py<PyList>> {
+        let due = self
+            .inner
+            .tick(Instant::from_micros(started), Instant::from_micros(now));
+        calls(py, due)
+    }
+
+    /// The settlements with the backend's `X-Actual-Cost` (absent or invalid: none).
+    #[pyo3(signature = (actual_cost = None))]
+    fn settle(&mut self, py: Python<'_>, actual_cost: Option<&[u8]>) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.settle(actual_cost))
+    }
+
+    /// The releases of every slot held.
+    fn release(&mut self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.release())
+    }
+
+    /// Settlements, then releases: the calls at the response's end.
+    #[pyo3(signature = (actual_cost = None))]
+    fn finish(&mut self, py: Python<'_>, actual_cost: Option<&[u8]>) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.finish(actual_cost))
+    }
+
+    /// How often renewals are due (a third of the shortest lease), in microseconds; None when
+    /// no slot is held.
+    #[getter]
+    fn renew_every_us(&self) -> Option<u64> {
+        self.inner
+            .renew_every()
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    #[getter]
+    fn empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+}
+
+/// Send these calls in order on one connection before `deadline` (Unix microseconds), and
+/// resume with one answer each; calls left unanswered count as timeouts.
+#[pyclass(frozen, module = "redis_rl_engine")]
+struct Calls {
+    #[pyo3(get)]
+    calls: Py<PyList>,
+    #[pyo3(get)]
+    deadline: u64,
+}
+
+/// Another request is refilling a chunk this one needs: resume with no answers at `until`.
+#[pyclass(frozen, module = "redis_rl_engine")]
+struct Wait {
+    #[pyo3(get)]
+    until: u64,
+}
+
+/// The engine's answer for one request.
+#[pyclass(frozen, module = "redis_rl_engine")]
+struct Verdict {
+    /// None when the request goes on; 429, 503, 500 or 431 when the gateway answers it.
+    #[pyo3(get)]
+    status: Option<u16>,
+    /// `admit`, `refuse`, `unavailable`, `error` or `reject`.
+    #[pyo3(get)]
+    kind: &'static str,
+    /// The route-level outcome as counted; None for a request no route matches.
+    #[pyo3(get)]
+    outcome: Option<&'static str>,
+    #[pyo3(get)]
+    route: Option<String>,
+    #[pyo3(get)]
+    policy_version: u64,
+    /// (name, value) pairs of str, sent on the response whatever answers it.
+    #[pyo3(get)]
+    headers: Py<PyList>,
+    /// The problem+json body when the gateway answers the request itself.
+    #[pyo3(get)]
+    problem: Option<Py<PyBytes>>,
+    /// Calls to send after answering (releases, refunds); their replies do not matter.
+    #[pyo3(get)]
+    background: Py<PyList>,
+    /// Decision records: (level `info`/`warn`, message, route, rule, policy version, outcome).
+    #[pyo3(get)]
+    log: Py<PyList>,
+}
+
+fn step_to_py(py: Python<'_>, step: rl_engine::Step) -> PyResult<Py<PyAny>> {
+    Ok(match step {
+        rl_engine::Step::Calls { calls: cs, deadline } => Py::new(
+            py,
+            Calls {
+                calls: calls(py, cs)?,
+                deadline: deadline.as_micros(),
+            },
+        )?
+        .into_any(),
+        rl_engine::Step::Wait { until } => Py::new(
+            py,
+            Wait {
+                until: until.as_micros(),
+            },
+        )?
+        .into_any(),
+        rl_engine::Step::Done(v) => Py::new(py, verdict(py, v)?)?.into_any(),
+    })
+}
+
+fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
+    let headers = PyList::new(
+        py,
+        v.headers
+            .iter()
+            .map(|(k, val)| (PyString::new(py, k), PyString::new(py, val))),
+    )?;
+    let log = PyList::new(
+        py,
+        v.log.iter().map(|r| {
+            let level = match r.level {
+                LogLevel::Info => "info",
+                LogLevel::Warn => "warn",
+            };
+            (level, r.message, r.route.as_str(), r.rule.as_str(), r.policy_version, r.outcome)
+        }),
+    )?;
+    let kind = match v.kind {
+        rl_engine::VerdictKind::Admit => "admit",
+        rl_engine::VerdictKind::Refuse => "refuse",
+        rl_engine::VerdictKind::Unavailable => "unavailable",
+        rl_engine::VerdictKind::Error => "error",
+        rl_engine::VerdictKind::Reject => "reject",
+    };
+    Ok(Verdict {
+        status: v.status,
+        kind,
+        outcome: v.outcome.map(|o| o.name()),
+        route: v.route,
+        policy_version: v.policy_version,
+        headers: headers.unbind(),
+        problem: v.problem.map(|p| PyBytes::new(py, p.body.as_bytes()).unbind()),
+        background: calls(py, v.background)?,
+        log: log.unbind(),
+    })
+}
+
+/// A store that answers the engine's calls in memory with the module's own arithmetic (the
+/// core crate): tests, offline replay.
+#[pyclass(module = "redis_rl_engine")]
+struct MemoryStore {
+    inner: rl_engine::memory::MemoryStore,
+}
+
+#[pymethods]
+impl MemoryStore {
+    #[new]
+    fn new() -> Self {
+        MemoryStore {
+            inner: rl_engine::memory::MemoryStore::new(),
+        }
+    }
+
+    /// Answers one call (its `args`) at `now` (Unix microseconds), as redis-py would return
+    /// the reply; an error reply is an `Answer` made by `error(text)`.
+    fn call(&mut self, py: Python<'_>, args: Vec<PyBackedBytes>, now: u64) -> PyResult<Py<PyAny>> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        convert::to_py(py, self.inner.call(&args, now))
+    }
+}
+
+/// The content type of a verdict's problem body.
+const PROBLEM_CONTENT_TYPE: &str = rl_engine::problem::CONTENT_TYPE;
+
+#[pymodule]
+fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Engine>()?;
+    m.add_class::<Pending>()?;
+    m.add_class::<Holdings>()?;
+    m.add_class::<Calls>()?;
+    m.add_class::<Wait>()?;
+    m.add_class::<Verdict>()?;
+    m.add_class::<Call>()?;
+    m.add_class::<Answer>()?;
+    m.add_class::<MemoryStore>()?;
+    m.add_function(wrap_pyfunction!(convert::timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::failed, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::error, m)?)?;
+    m.add("InvalidPolicy", m.py().get_type::<InvalidPolicy>())?;
+    m.add("PROBLEM_CONTENT_TYPE", PROBLEM_CONTENT_TYPE)?;
+    Ok(())
+}

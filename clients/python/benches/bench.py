@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import redis.asyncio  # noqa: E402
 
 import redis_rl  # noqa: E402
 import redis_rl.limits  # noqa: E402,F401
-from redis_rl.gateway import Gateway, RateLimitMiddleware, parse_policy  # noqa: E402
+from redis_rl.gateway import Gateway, RateLimitMiddleware  # noqa: E402
 from servers import Server  # noqa: E402
 
 
@@ -78,8 +77,8 @@ ROUNDS = 5  # the contenders alternate round by round, so a change of load hits 
 
 async def middleware_bench(port, n):
     pool = redis.asyncio.BlockingConnectionPool(port=port, max_connections=64, timeout=5)
-    gw = Gateway(redis_rl.AsyncClient(redis.asyncio.Redis(connection_pool=pool)),
-                 parse_policy(json.dumps(POLICY)), log_sample=0)
+    gw = Gateway(redis_rl.AsyncClient(redis.asyncio.Redis(connection_pool=pool)), POLICY,
+                 log_sample=0)
     apps = {"plain": plain, "middleware": RateLimitMiddleware(plain, gw)}
     lat = {k: [] for k in apps}
     took = {k: 0.0 for k in apps}

@@ -10,7 +10,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import redis_rl
-from redis_rl.gateway import Gateway, RateLimitMiddleware, parse_policy
+from redis_rl.gateway import Gateway, RateLimitMiddleware
 
 
 async def backend(scope, receive, send):
@@ -30,7 +30,7 @@ def policy(routes, rules, **extra):
     doc = {"version": extra.pop("version", 1), "identity": {"user": "x-user", "tenant": "x-tenant"},
            "rules": rules, "routes": routes}
     doc.update(extra)
-    return parse_policy(json.dumps(doc))
+    return doc
 
 
 def store(port, timeout=0.5):
@@ -42,6 +42,25 @@ def store(port, timeout=0.5):
 
 def gateway(port, pol, **kw):
     return Gateway(store(port), pol, **kw)
+
+
+def metric(gw, series):
+    """The value of one series of the gateway's Prometheus text, None when absent."""
+    for line in gw.render_metrics().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == series:
+            return float(value)
+    return None
+
+
+def decisions(gw, route, rule, outcome):
+    n = metric(gw, f'rl_gateway_decisions_total{{route="{route}",rule="{rule}",outcome="{outcome}"}}')
+    return int(n or 0)
+
+
+def calls(gw, result):
+    """How many store calls ended so (`ok`, `error`, `timeout`)."""
+    return int(metric(gw, f'rl_gateway_store_call_duration_seconds_count{{result="{result}"}}') or 0)
 
 
 def http(gw, app=backend, **kw):

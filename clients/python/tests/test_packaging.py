@@ -1,5 +1,6 @@
 """The built wheel ships rl.lua (a symlink to clients/scripts/rl.lua in the source tree, which
-setuptools follows), and valkey-py's clients are drop-ins."""
+setuptools follows), the pure parts work without the native engine, and valkey-py's clients
+are drop-ins."""
 
 import hashlib
 import subprocess
@@ -35,6 +36,24 @@ def test_the_wheel_contains_the_script(tmp_path):
         capture_output=True, text=True, check=True).stdout.split()
     assert out[0].startswith(str(target))
     assert out[1] == hashlib.sha1(source).hexdigest()
+
+
+def test_the_pure_parts_need_no_native_engine(server):
+    # A process where the extension cannot be imported, as after `pip install redis-rl`.
+    code = (
+        "import sys; sys.modules['redis_rl_engine'] = None\n"
+        "import redis, redis_rl, redis_rl.limits, limits\n"
+        f"rl = redis_rl.Client(redis.Redis(port={server.port}))\n"
+        "assert rl.admit('pure:k', 2, 3600).allowed\n"
+        f"storage = limits.storage.storage_from_string('rl://127.0.0.1:{server.port}')\n"
+        "assert limits.strategies.MovingWindowRateLimiter(storage).hit(limits.parse('2/hour'))\n"
+        "try:\n"
+        "    import redis_rl.gateway\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "needs the native engine" in out
 
 
 def test_valkey_py_clients_are_drop_ins(server):

@@ -124,8 +124,7 @@ class _Base:
     def _target(self, request: Request) -> dict:
         if not self.cluster:
             return {}
-        slot = request.slot() if isinstance(request, c.Multi) else c.key_slot(request.keys()[0])
-        node = self.redis.nodes_manager.get_node_from_slot(slot)
+        node = self.redis.nodes_manager.get_node_from_slot(request.slot())
         return {"target_nodes": node}
 
 

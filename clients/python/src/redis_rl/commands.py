@@ -94,6 +94,10 @@ class Request:
     def keys(self) -> List[bytes]:
         return [to_bytes(self.key)]  # type: ignore[attr-defined]
 
+    def slot(self) -> int:
+        """The cluster slot the command goes to: its first key's."""
+        return key_slot(self.keys()[0])
+
     def parse(self, reply: Any) -> Any:
         raise NotImplementedError
 

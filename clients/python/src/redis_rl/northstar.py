@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 import redis.asyncio
 
 from .client import AsyncClient
-from .gateway import Gateway, PolicyError, RateLimitMiddleware
+from .gateway import Gateway, InvalidPolicy, RateLimitMiddleware
 
 
 async def backend(scope, receive, send):
@@ -56,6 +56,9 @@ async def serve(args) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), int(port)))
     app = build(args.redis, args.policy, args.cluster)
+    # uvicorn runs without lifespan here: the mode detection (and a cluster's slot map) is done
+    # now, not under the first request's deadline.
+    await app.gateway.prepare()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
                                            access_log=False))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
@@ -78,7 +81,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         asyncio.run(serve(args))
-    except PolicyError as exc:
+    except InvalidPolicy as exc:
         print(f"northstar: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,12 +1,29 @@
-"""The gateway of clients/CONTRACT.md: policy, negative cache, posture, metrics, retry helper,
-problem bodies, and the ASGI middleware and FastAPI dependency around them."""
+"""The gateway of clients/CONTRACT.md as ASGI middleware and a FastAPI dependency, driving the
+engine of `clients/engine` (the native extension `redis_rl_engine`, distribution
+`redis-rl-engine`, installed by `redis-rl[gateway]`), and the retry helper for outgoing calls."""
+
+try:
+    import redis_rl_engine  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "redis_rl.gateway needs the native engine: pip install 'redis-rl[gateway]' "
+        "(from the repository: pip install ./clients/python/engine './clients/python[gateway]')"
+    ) from exc
+
+from redis_rl_engine import InvalidPolicy
 
 from .asgi import RateLimited, RateLimitMiddleware, dependency, install
-from .core import Gateway, Outcome
-from .metrics import Metrics
-from .policy import Policy, PolicyError, PolicySource, parse_policy
+from .driver import Gateway, Outcome
 from .retry import AsyncRetryTransport, RetryTransport
 
-__all__ = ["RateLimited", "RateLimitMiddleware", "dependency", "install", "Gateway", "Outcome",
-           "Metrics", "Policy", "PolicyError", "PolicySource", "parse_policy",
-           "AsyncRetryTransport", "RetryTransport"]
+__all__ = [
+    "AsyncRetryTransport",
+    "Gateway",
+    "InvalidPolicy",
+    "Outcome",
+    "RateLimitMiddleware",
+    "RateLimited",
+    "RetryTransport",
+    "dependency",
+    "install",
+]

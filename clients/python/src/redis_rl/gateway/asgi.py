@@ -4,44 +4,35 @@ dependency, one RL.MULTI per route decision."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
-from .core import Gateway, Outcome
-from .policy import PolicyError
+from redis_rl_engine import InvalidPolicy
 
-
-def _headers(scope: Dict[str, Any]) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for k, v in scope.get("headers", []):
-        name = k.decode("latin-1").lower()
-        value = v.decode("latin-1")
-        out[name] = f"{out[name]}, {value}" if name in out else value
-    return out
+from .driver import Gateway, Outcome
 
 
-def _peer(scope: Dict[str, Any]) -> Optional[str]:
+def _peer(scope: dict[str, Any]) -> str | None:
     client = scope.get("client")
     return client[0] if client else None
 
 
-def _encode(headers: Dict[str, str]) -> List[Tuple[bytes, bytes]]:
-    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
 async def _respond(send, outcome: Outcome) -> None:
-    headers = dict(outcome.headers)
-    headers["content-type"] = outcome.content_type
-    headers["content-length"] = str(len(outcome.body))
-    await send({"type": "http.response.start", "status": outcome.status,
-                "headers": _encode(headers)})
+    headers = _encode(outcome.headers)
+    headers.append((b"content-type", outcome.content_type.encode()))
+    headers.append((b"content-length", str(len(outcome.body)).encode()))
+    await send({"type": "http.response.start", "status": outcome.status, "headers": headers})
     await send({"type": "http.response.body", "body": outcome.body})
 
 
-def _merge(start: Dict[str, Any], added: Dict[str, str]) -> None:
+def _merge(start: dict[str, Any], added: list[tuple[str, str]]) -> None:
     """Adds the gateway's fields; RateLimit-Policy and RateLimit are lists, so a second limiting
     layer's items join the first's."""
     existing = list(start.get("headers", []))
-    for name, value in added.items():
+    for name, value in added:
         key = name.lower().encode("latin-1")
         for i, (k, v) in enumerate(existing):
             if k.lower() == key and name.lower() in ("ratelimit", "ratelimit-policy"):
@@ -60,8 +51,8 @@ class RateLimitMiddleware:
     text; `reload_path` (POST) re-reads the policy file (409 when refused). Leave any of them
     None to pass those paths to the app."""
 
-    def __init__(self, app, gateway: Gateway, health_path: Optional[str] = None,
-                 metrics_path: Optional[str] = None, reload_path: Optional[str] = None):
+    def __init__(self, app, gateway: Gateway, health_path: str | None = None,
+                 metrics_path: str | None = None, reload_path: str | None = None):
         self.app = app
         self.gateway = gateway
         self.health_path, self.metrics_path, self.reload_path = health_path, metrics_path, reload_path
@@ -84,18 +75,18 @@ class RateLimitMiddleware:
             await _plain(send, 200, b"ok\n", "text/plain")
             return
         if path == self.metrics_path:
-            await _plain(send, 200, self.gateway.metrics.render().encode(),
+            await _plain(send, 200, self.gateway.render_metrics().encode(),
                          "text/plain; version=0.0.4; charset=utf-8")
             return
         if path == self.reload_path and method == "POST":
             try:
-                p = self.gateway.reload()
-                await _plain(send, 200, f"policy version {p.version}\n".encode(), "text/plain")
-            except PolicyError as exc:
+                version = self.gateway.reload()
+                await _plain(send, 200, f"policy version {version}\n".encode(), "text/plain")
+            except InvalidPolicy as exc:
                 await _plain(send, 409, f"{exc}\n".encode(), "text/plain")
             return
-        outcome = await self.gateway.decide(method, path, _headers(scope), _peer(scope),
-                                            request=scope)
+        outcome = await self.gateway.decide(method, path, scope.get("headers", []),
+                                            _peer(scope), request=scope)
         if outcome is None:
             await self.app(scope, receive, send)
             return
@@ -149,7 +140,7 @@ def install(app) -> None:
 
     async def handler(request, exc: RateLimited):
         o = exc.outcome
-        return Response(o.body, status_code=o.status, headers=o.headers,
+        return Response(o.body, status_code=o.status, headers=dict(o.headers),
                         media_type=o.content_type)
 
     app.add_exception_handler(RateLimited, handler)
@@ -163,14 +154,14 @@ def dependency(gateway: Gateway):
 
     async def decide(request: Request, response: Response):
         scope = request.scope
-        outcome = await gateway.decide(scope["method"], scope["path"], _headers(scope),
+        outcome = await gateway.decide(scope["method"], scope["path"], scope.get("headers", []),
                                        _peer(scope), request=scope)
         if outcome is None:
             yield None
             return
         if not outcome.admitted:
             raise RateLimited(outcome)
-        for k, v in outcome.headers.items():
+        for k, v in outcome.headers:
             response.headers[k] = v
         try:
             yield outcome

@@ -1,0 +1,314 @@
+"""The gateway over redis-py's asyncio clients: a driver of the engine (`redis_rl_engine`, the
+Rust crate `clients/engine`) that does only the I/O. It hands each request to the engine, sends
+the store calls the engine asks for under the engine's deadline, feeds the replies back, sends
+the background calls after answering, writes the decision records to `logging`, and keeps what
+an admitted request holds until its response ends. It mirrors the Rust driver
+(`clients/rust/src/gateway/mod.rs`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, Callable, Optional, Union
+
+import redis_rl_engine as engine
+from redis_rl_engine import Calls, InvalidPolicy, Verdict, Wait
+
+from .. import commands as c
+from ..client import AsyncClient
+from ..errors import Refused, RLError, Unavailable
+
+decision_log = logging.getLogger("redis_rl.decision")
+log = logging.getLogger("redis_rl.gateway")
+
+Identify = Callable[[Any], Awaitable[tuple[Optional[str], Optional[str]]]]
+PolicyInput = Union[str, "os.PathLike[str]", dict]
+
+# A release, a refund or a settlement that cannot be sent in this long is abandoned: a lease
+# expires on its own, a reservation stays at its estimate.
+BACKGROUND_TIMEOUT = 1.0
+
+# The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
+# wall-clock step never moves it (the fallback limiters read it as the module reads its own).
+_WALL_US = time.time_ns() // 1000
+_MONO_NS = time.monotonic_ns()
+
+
+def now_us() -> int:
+    return _WALL_US + (time.monotonic_ns() - _MONO_NS) // 1000
+
+
+class _Call(c.Request):
+    """An engine call as a request of the typed client, so it goes through the client's mode
+    detection, NOSCRIPT handling and cluster routing (to the slot of the call's key)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: engine.Call):
+        self.call = call
+
+    def args(self) -> list[Any]:
+        # The name as str: redis-py's cluster client looks commands up by name, as str.
+        args = self.call.args
+        return [args[0].decode(), *args[1:]]
+
+    def keys(self) -> list[bytes]:
+        return self.call.script_keys()
+
+    def slot(self) -> int:
+        return c.key_slot(self.call.key)
+
+    def parse(self, reply: Any) -> Any:
+        return reply
+
+
+async def _send(store: AsyncClient, call: engine.Call) -> Any:
+    """One call's answer as the engine reads it: the reply, or how it failed."""
+    try:
+        return await store.execute(_Call(call))
+    except Refused as exc:
+        return engine.error(str(exc))
+    except Unavailable as exc:
+        return engine.failed(str(exc))
+    except RLError as exc:
+        # What this client could not read or send is a refusal in the engine's terms.
+        return engine.error(f"ERR {exc}")
+
+
+if hasattr(asyncio, "timeout"):
+    async def _send_all(store: AsyncClient, calls: Sequence[engine.Call], deadline: int) -> list:
+        """The calls in order until `deadline`; those not answered by then are missing, which
+        the engine counts as timeouts. asyncio.timeout (3.11+) runs in the caller's task: it
+        saves the task wait_for creates per request."""
+        answers: list = []
+        try:
+            async with asyncio.timeout(max(0.0, (deadline - now_us()) / 1e6)):
+                for call in calls:
+                    answers.append(await _send(store, call))
+        except TimeoutError:
+            pass
+        return answers
+else:  # pragma: no cover - Python before 3.11
+    async def _send_all(store: AsyncClient, calls: Sequence[engine.Call], deadline: int) -> list:
+        answers: list = []
+
+        async def each() -> None:
+            for call in calls:
+                answers.append(await _send(store, call))
+
+        try:
+            await asyncio.wait_for(each(), max(0.0, (deadline - now_us()) / 1e6))
+        except asyncio.TimeoutError:
+            pass
+        return answers
+
+
+async def _send_each(store: AsyncClient, calls: Iterable[engine.Call]) -> None:
+    """Calls whose replies do not matter (releases, refunds, renewals, settlements)."""
+    for call in calls:
+        try:
+            await asyncio.wait_for(store.execute(_Call(call)), BACKGROUND_TIMEOUT)
+        except (asyncio.TimeoutError, RLError):
+            pass
+
+
+_LEVELS = {"info": logging.INFO, "warn": logging.WARNING}
+
+
+def _log(records: Sequence[tuple[str, str, str, str, int, str]]) -> None:
+    """Decision records on the logger `redis_rl.decision`; never a key or an identity."""
+    for level, message, route, rule, version, outcome in records:
+        fields = {"route": route, "rule": rule, "policy_version": version, "outcome": outcome}
+        decision_log.log(_LEVELS[level], "%s %s", message, fields, extra=fields)
+
+
+class Outcome:
+    """What the gateway decided for one routed request. `status` None: admitted, pass it on
+    with `headers` added, `settle` with the backend's X-Actual-Cost, `release` once the response
+    has been sent (or dropped)."""
+
+    __slots__ = ("_heartbeat", "_holdings", "_store", "body", "content_type", "headers", "status")
+
+    def __init__(self, store: AsyncClient, verdict: Verdict, holdings: engine.Holdings,
+                 started: int):
+        self.status: int | None = verdict.status
+        self.headers: list[tuple[str, str]] = verdict.headers
+        self.body: bytes = verdict.problem or b""
+        self.content_type = engine.PROBLEM_CONTENT_TYPE
+        self._store, self._holdings = store, holdings
+        self._heartbeat: asyncio.Task | None = None
+        every = holdings.renew_every_us
+        if every is not None:
+            self._heartbeat = asyncio.ensure_future(self._renew(every / 1e6, started))
+
+    @property
+    def admitted(self) -> bool:
+        return self.status is None
+
+    async def _renew(self, every: float, started: int) -> None:
+        # A failed renewal leaves the lease to run out; the request goes on.
+        while True:
+            await asyncio.sleep(every)
+            await _send_each(self._store, self._holdings.tick(started, now_us()))
+
+    async def settle(self, actual_cost: str | bytes | None) -> None:
+        """Settles the request's reservations with a valid X-Actual-Cost (absent or invalid:
+        the estimate stands). Only the first call counts."""
+        if isinstance(actual_cost, str):
+            actual_cost = actual_cost.encode("latin-1")
+        await _send_each(self._store, self._holdings.settle(actual_cost))
+
+    async def release(self) -> None:
+        """Releases the request's semaphore slots and stops their renewal. Idempotent."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        await _send_each(self._store, self._holdings.release())
+
+    async def finish(self, actual_cost: str | bytes | None = None) -> None:
+        await self.settle(actual_cost)
+        await self.release()
+
+
+def _read(policy: PolicyInput) -> str:
+    if isinstance(policy, dict):
+        return json.dumps(policy)
+    try:
+        with open(policy, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidPolicy(f"{os.fspath(policy)}: {exc.strerror}") from exc
+
+
+class Gateway:
+    """The decisions of clients/CONTRACT.md for ASGI apps (see `asgi.RateLimitMiddleware`), made by the
+    engine. `policy`: a policy file's path (which `reload` re-reads) or the document as a dict;
+    an invalid one raises `InvalidPolicy` with the bad field's JSON path."""
+
+    def __init__(self, client: AsyncClient, policy: PolicyInput, *,
+                 legacy_headers: bool = False, log_sample: float = 0.01,
+                 identify: Identify | None = None, durable_connections: int = 0,
+                 seed: int | None = None):
+        if not 0 <= log_sample <= 1:
+            raise ValueError("log_sample must be in [0, 1]")
+        self.client = client
+        self._file = None if isinstance(policy, dict) else policy
+        self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
+                                    log_sample=log_sample, seed=seed)
+        self.identify = identify
+        # Connections of their own for routes with a `durable` rule, taken in turn: the server
+        # blocks a connection while its WAIT waits, and other routes must not queue behind it.
+        self._durable = [_one_connection(client) for _ in range(durable_connections)]
+        self._durable_turn = 0
+        # Background sends, held so the event loop does not drop them half-way.
+        self._tasks: set[asyncio.Task] = set()
+        for store in [client, *self._durable]:
+            store.on_mode(self.engine.store_mode)
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def render_metrics(self) -> str:
+        """The Prometheus text (format 0.0.4) of the gateway's metrics."""
+        return self.engine.render_metrics()
+
+    def register_metrics(self, registry: Any = None) -> None:
+        """Exposes the same families through prometheus_client (its default registry unless
+        one is given), read from the engine's text at each scrape."""
+        from prometheus_client import REGISTRY
+        from prometheus_client.parser import text_string_to_metric_families
+
+        render = self.render_metrics
+
+        class _Collector:
+            def collect(self):
+                return text_string_to_metric_families(render())
+
+        (registry if registry is not None else REGISTRY).register(_Collector())
+
+    async def prepare(self) -> None:
+        """Detects the store's mode and loads the script if it needs one, before the first
+        request would (the middleware calls it at ASGI startup). A store that cannot answer
+        now is left to the first request's posture."""
+        try:
+            await asyncio.wait_for(self.client.prepare(),
+                                   max(1.0, self.engine.store_timeout_us / 1e6))
+        except (asyncio.TimeoutError, RLError) as exc:
+            log.warning("rate limiter store not ready at startup: %r", exc)
+
+    def reload(self) -> int:
+        """Re-reads the policy file and returns the version now in force; raises InvalidPolicy
+        when refused (a version not higher, a bad document: the policy in force stays)."""
+        if self._file is None:
+            raise InvalidPolicy("the policy was not read from a file")
+        return self.engine.reload(_read(self._file))
+
+    def _store_for(self, pending: engine.Pending) -> AsyncClient:
+        if not self._durable or not pending.durable:
+            return self.client
+        self._durable_turn += 1
+        return self._durable[self._durable_turn % len(self._durable)]
+
+    async def drain(self) -> None:
+        """Waits for the background calls in flight (releases, refunds): before shutting
+        down, so that nothing taken is left to expire on its own."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _background(self, store: AsyncClient, calls: list[engine.Call]) -> None:
+        if calls:
+            task = asyncio.ensure_future(_send_each(store, calls))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def decide(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
+                     peer: str | None = None, request: Any = None) -> Outcome | None:
+        """The decision for one request, None when no route matches (it passes untouched).
+        `headers` are the ASGI (name, value) pairs; `request` (the ASGI scope, from the
+        middleware and the dependency alike) is handed to `identify`."""
+        user = tenant = None
+        if self.identify is not None:
+            user, tenant = await self.identify(request)
+        started = now_us()
+        pending, step = self.engine.begin(method, path, headers, peer, started, user, tenant)
+        if type(step) is Verdict and step.route is None:
+            return None
+        store = self._store_for(pending)
+        try:
+            while type(step) is not Verdict:
+                if type(step) is Calls:
+                    answers = await _send_all(store, step.calls, step.deadline)
+                else:
+                    assert type(step) is Wait
+                    await asyncio.sleep(max(0.0, (step.until - now_us()) / 1e6))
+                    answers = []
+                step = self.engine.resume(pending, answers, now_us())
+        except BaseException:
+            # The caller went away (a cancel) mid-decision: give back what was taken.
+            self._background(store, pending.abandon())
+            raise
+        self._background(store, step.background)
+        if step.log:
+            _log(step.log)
+        return Outcome(store, step, pending.holdings(), started)
+
+
+def _one_connection(client: AsyncClient) -> AsyncClient:
+    """A client on one connection of its own, to the same server as `client`."""
+    import redis.asyncio
+    if client.cluster:
+        raise ValueError("durable_connections needs a single server; on a cluster WAIT is "
+                         "sent on the shared pool")
+    pool = client.redis.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    one = redis.asyncio.BlockingConnectionPool(connection_class=pool.connection_class,
+                                               max_connections=1, timeout=None, **kwargs)
+    # The same mode choice and script as the shared client's.
+    modes = client._modes
+    return AsyncClient(redis.asyncio.Redis(connection_pool=one),
+                       mode=modes.current if modes.fixed else "auto", script=modes.script)

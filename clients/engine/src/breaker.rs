@@ -46,6 +46,8 @@ enum State {
 struct Inner {
     state: State,
     consecutive_failures: u32,
+    /// Counts openings: a ticket from before the last one reports nothing.
+    epoch: u64,
 }
 
 /// The breaker of one store: closed → open after `failures` consecutive failures, for `open`;
@@ -73,6 +75,7 @@ pub enum Pass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
     probe: bool,
+    epoch: u64,
 }
 
 impl Ticket {
@@ -90,6 +93,7 @@ impl Breaker {
             inner: Mutex::new(Inner {
                 state: State::Closed,
                 consecutive_failures: 0,
+                epoch: 0,
             }),
         }
     }
@@ -143,7 +147,10 @@ impl Breaker {
                 false
             }
         };
-        Pass::Store(Ticket { probe })
+        Pass::Store(Ticket {
+            probe,
+            epoch: inner.epoch,
+        })
     }
 
     /// Open from `now` for `open`. A period beyond the clock's range (no policy can write one)
@@ -169,6 +176,11 @@ impl Breaker {
     pub fn report(&self, ticket: Ticket, ok: bool, now: Instant) {
         let probe = ticket.probe;
         let mut inner = self.lock();
+        // Calls let through before the breaker last opened end late: the probe alone decides
+        // (a late failure must not reopen a breaker its probe has just closed).
+        if ticket.epoch != inner.epoch {
+            return;
+        }
         match (inner.state, probe, ok) {
             (State::HalfOpen { .. }, true, true) => {
                 inner.consecutive_failures = 0;
@@ -180,6 +192,7 @@ impl Breaker {
             }
             (State::HalfOpen { .. }, true, false) => {
                 inner.state = self.opened(now);
+                inner.epoch = inner.epoch.wrapping_add(1);
             }
             (State::Closed | State::Ramping { .. }, false, true) => inner.consecutive_failures = 0,
             (State::Closed | State::Ramping { .. }, false, false) => {
@@ -187,6 +200,7 @@ impl Breaker {
                 if inner.consecutive_failures >= self.failures {
                     inner.consecutive_failures = 0;
                     inner.state = self.opened(now);
+                    inner.epoch = inner.epoch.wrapping_add(1);
                 }
             }
             // Calls let through before the breaker opened end late; the probe alone decides.

@@ -224,7 +224,8 @@ mod breaker_properties {
 
     proptest! {
         /// Whatever happens, at most one probe is in flight, an open breaker lets nothing
-        /// through, and `failures` consecutive failures of a closed breaker open it.
+        /// through, and `failures` consecutive failures of a closed breaker open it (calls
+        /// let through before its last opening count for nothing).
         #[test]
         fn one_probe_at_most_and_nothing_through_while_open(ops in proptest::collection::vec(op(), 1..300)) {
             let b = Breaker::new(3, Duration::from_millis(500), Duration::from_millis(1000));
@@ -232,6 +233,8 @@ mod breaker_properties {
             let mut now = Instant::from_micros(1_000_000);
             let mut calls = Vec::new();
             let mut closed_failures = 0;
+            // How often the breaker has opened: a call remembers the count it entered under.
+            let mut openings = 0u32;
             for op in ops {
                 match op {
                     Op::Enter { draw, deny } => {
@@ -240,16 +243,21 @@ mod breaker_properties {
                         match b.enter(now, &on, draw) {
                             Pass::Store(c) => {
                                 prop_assert!(before != BreakerState::Open);
-                                calls.push(c);
+                                calls.push((c, openings));
                             }
                             Pass::Posture => prop_assert!(before != BreakerState::Closed),
                         }
-                        prop_assert!(calls.iter().filter(|c| c.is_probe()).count() <= 1);
+                        prop_assert!(calls.iter().filter(|(c, _)| c.is_probe()).count() <= 1);
                     }
                     Op::Finish { which, ok } if which < calls.len() => {
-                        let c = calls.remove(which);
-                        let counted = b.state(now) == BreakerState::Closed && !c.is_probe();
+                        let (c, entered) = calls.remove(which);
+                        let before = b.state(now);
+                        let counted =
+                            before == BreakerState::Closed && !c.is_probe() && entered == openings;
                         b.report(c, ok, now);
+                        if before != BreakerState::Open && b.state(now) == BreakerState::Open {
+                            openings += 1;
+                        }
                         if counted {
                             closed_failures = if ok { 0 } else { closed_failures + 1 };
                             if closed_failures == 3 {
@@ -260,7 +268,7 @@ mod breaker_properties {
                             closed_failures = 0;
                         }
                     }
-                    Op::Cancel { which } if which < calls.len() => b.abandon(calls.remove(which)),
+                    Op::Cancel { which } if which < calls.len() => b.abandon(calls.remove(which).0),
                     Op::Finish { .. } | Op::Cancel { .. } => {}
                     Op::Advance { ms } => now += Duration::from_millis(ms),
                 }

@@ -20,11 +20,14 @@ fn vectors_dir() -> PathBuf {
 
 #[test]
 fn policy_documents_give_their_stated_outcome() {
-    let text = std::fs::read_to_string(vectors_dir().join("policies.json")).unwrap();
-    let file: Value = serde_json::from_str(&text).unwrap();
-    let cases = file["policies"].as_array().unwrap();
-    assert!(!cases.is_empty());
-    for case in cases {
+    let mut cases = Vec::new();
+    for file in json_files(&vectors_dir().join("policies")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        cases.extend(doc["policies"].as_array().unwrap().iter().cloned());
+    }
+    assert!(cases.len() >= 100, "only {} policy documents", cases.len());
+    for case in &cases {
         let name = case["name"].as_str().unwrap();
         // `text` gives the document's exact bytes, for messages that cite a position.
         let doc = match case["text"].as_str() {
@@ -49,12 +52,7 @@ fn policy_documents_give_their_stated_outcome() {
 
 #[test]
 fn scenarios_give_their_stated_responses() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(vectors_dir().join("scenarios"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
+    let files = json_files(&vectors_dir().join("scenarios"));
     let mut count = 0;
     let mut failures = Vec::new();
     for file in files {
@@ -84,6 +82,16 @@ fn scenarios_give_their_stated_responses() {
         count >= 100,
         "the contract holds {count} scenarios, fewer than 100"
     );
+}
+
+fn json_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
 }
 
 /// The clock every scenario starts at: 2026-01-01T00:00:00Z, in microseconds.
@@ -276,13 +284,11 @@ impl Run {
                     let mut answers = Vec::new();
                     for call in &calls {
                         script.made.push(call.args.as_slice().to_vec());
-                        let answer = match script.next(call)? {
-                            Some((answer, advance)) => {
-                                self.now = self.now.saturating_add(advance);
-                                answer
-                            }
-                            None => Answer::Reply(self.store.call(call.args.as_slice(), self.now)),
-                        };
+                        let (answer, advance) = script.next(call)?;
+                        self.now = self.now.saturating_add(advance);
+                        let answer = answer.unwrap_or_else(|| {
+                            Answer::Reply(self.store.call(call.args.as_slice(), self.now))
+                        });
                         answers.push(answer);
                     }
                     step = self.engine.resume(pending, answers, self.now());
@@ -446,10 +452,12 @@ impl Script {
         }
     }
 
-    fn next(&mut self, call: &Call) -> R<Option<(Answer, u64)>> {
+    /// The answer to `call` (`None`: the memory store answers it) and how far the clock moves
+    /// before it arrives.
+    fn next(&mut self, call: &Call) -> R<(Option<Answer>, u64)> {
         let Some(entry) = self.entries.get(self.next).cloned() else {
             return if self.rest_memory {
-                Ok(None)
+                Ok((None, 0))
             } else {
                 Err(format!(
                     "unscripted call {}",
@@ -468,7 +476,7 @@ impl Script {
             None => 0,
         };
         if entry.get("memory").is_some() {
-            return Ok(None);
+            return Ok((None, advance));
         }
         let answer = if let Some(r) = entry.get("reply") {
             Answer::Reply(reply_of(r))
@@ -481,7 +489,7 @@ impl Script {
                 None => return Err(format!("script entry {entry} gives no answer")),
             }
         };
-        Ok(Some((answer, advance)))
+        Ok((Some(answer), advance))
     }
 
     fn done(&self) -> R<()> {

@@ -177,7 +177,13 @@ impl Pending {
             return (pending, Step::Done(verdict));
         }
         let draw = shared.rng.f64();
-        match shared.breaker.enter(now, &ctx.route.on_store_error, draw) {
+        let pass = shared.breaker.enter(now, &ctx.route.on_store_error, draw);
+        // Entering moves the breaker too (half-open, a probe, closed after the ramp): the gauge
+        // shows where it is now, not where the last call left it.
+        shared
+            .metrics
+            .record(Event::Breaker(shared.breaker.state(now)));
+        match pass {
             Pass::Store(ticket) => pending.ticket = Some(ticket),
             Pass::Posture => {
                 let verdict = shared.posture(&ctx, now);

@@ -261,7 +261,12 @@ impl Policy {
         let raw: RawPolicy = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             invalid(
-                if path == "." { String::new() } else { path },
+                // The parser's placeholder paths ('.', '?') name no field.
+                if path == "." || path == "?" {
+                    String::new()
+                } else {
+                    path
+                },
                 e.inner().to_string(),
             )
         })?;

@@ -235,7 +235,11 @@ impl RawPolicy {
                 self.store.breaker.open.as_deref(),
                 DEFAULT_OPEN,
             )?,
-            ramp: optional_duration("store.ramp", self.store.ramp.as_deref(), DEFAULT_RAMP)?,
+            // A zero ramp is allowed: the breaker closes at once after a successful probe.
+            ramp: match self.store.ramp.as_deref() {
+                Some("0" | "0ms" | "0s") => Duration::ZERO,
+                text => optional_duration("store.ramp", text, DEFAULT_RAMP)?,
+            },
         };
         if !(0.0..=1.0).contains(&self.retry_after_jitter) {
             return Err(invalid(
@@ -414,27 +418,30 @@ impl RawRoute {
             .map(AsRef::as_ref)
             .filter(|s| s.in_multi())
             .collect();
-        if let [first, rest @ ..] = multi.as_slice() {
-            for other in rest {
-                let (a, b) = (first.key.hash_tag(), other.key.hash_tag());
-                if a.is_none() || a != b {
-                    return Err(invalid(
-                        format!("{path}.rules"),
-                        format!(
-                            "rules '{}' and '{}' go in one RL.MULTI, so their keys must share a hash tag (a '{{...}}' part written the same in both)",
-                            first.name, other.name
-                        ),
-                    ));
-                }
-                if first.key == other.key {
-                    return Err(invalid(
-                        format!("{path}.rules"),
-                        format!(
-                            "rules '{}' and '{}' have the same key",
-                            first.name, other.name
-                        ),
-                    ));
-                }
+        // Every pair: one hash tag for all, and no key twice (RL.MULTI refuses a repeated key).
+        let pairs = multi
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| multi.iter().skip(i + 1).map(move |b| (*a, *b)));
+        for (first, other) in pairs {
+            let (a, b) = (first.key.hash_tag(), other.key.hash_tag());
+            if a.is_none() || a != b {
+                return Err(invalid(
+                    format!("{path}.rules"),
+                    format!(
+                        "rules '{}' and '{}' go in one RL.MULTI, so their keys must share a hash tag (a '{{...}}' part written the same in both)",
+                        first.name, other.name
+                    ),
+                ));
+            }
+            if first.key == other.key {
+                return Err(invalid(
+                    format!("{path}.rules"),
+                    format!(
+                        "rules '{}' and '{}' have the same key",
+                        first.name, other.name
+                    ),
+                ));
             }
         }
         let at = |field: &str| format!("{path}.on_store_error.{field}");
@@ -482,8 +489,14 @@ impl RawRoute {
                     // would turn an outage into refusing every request.
                     if let Some(RuleKind::Rate(r)) = specs.first().map(|s| &s.kind) {
                         if check_cost(r.cost, &rule).is_err() {
+                            // The capacity is the burst when given, else the limit: name that one.
+                            let field = if raw.burst.is_some() {
+                                "burst"
+                            } else {
+                                "limit"
+                            };
                             return Err(invalid(
-                                at("burst"),
+                                at(field),
                                 format!(
                                     "the route's first rule costs {}, more than the fallback's capacity {}",
                                     r.cost,

@@ -174,47 +174,56 @@ export class RateLimiterRL {
 }
 
 // ---- The gateway ----
+// The gateway's engine is the native addon (native/index.d.ts declares it); these load it on
+// first use.
 export class PolicyError extends Error {}
-export interface Policy {
-  version: number;
-  routes: { method: string; path: string; name: string; rules: { name: string }[]; onStoreError: { mode: 'deny' | 'fallback' | 'allow' } }[];
-  [field: string]: unknown;
-}
-export function parsePolicy(text: string | object): Policy;
+/** Validates a policy document with the engine: its version, or a PolicyError naming the field. */
+export function parsePolicy(text: string | object): { version: number };
 export class PolicyStore {
   static fromFile(file: string): PolicyStore;
-  constructor(policy: string | object | Policy, file?: string | null);
-  readonly current: Policy;
-  reload(): Policy;
+  constructor(policy: string | object, file?: string | null);
+  readonly text: string;
+  /** The file's text now (the document given, without a file). */
+  read(): string;
 }
-export interface GatewayEvent { type: string; [field: string]: unknown }
+export interface GatewayEvent {
+  type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode';
+  route?: string; rule?: string; outcome?: string; result?: string; seconds?: number; state?: string; version?: number;
+  mode?: string;
+}
 export interface GatewayOptions {
   store: Store | RL;
   policy: PolicyStore | string | object;
-  durableStore?: Store;
+  durableStore?: Store | RL;
   legacyHeaders?: boolean;
   /** Share of requests whose decisions are logged, 0 to 1 (default 0.01). */
   logSample?: number;
   logger?: Logger;
   hook?(event: GatewayEvent): void;
   identify?(request: GatewayRequest): Promise<{ user?: string; tenant?: string } | undefined> | { user?: string; tenant?: string } | undefined;
-  random?(): number;
-  now?(): number;
 }
+/** Header values as node:http gives them: one code unit per byte received. */
 export interface GatewayRequest { method: string; path: string; headers: Record<string, string | string[] | undefined>; peer?: string }
 export interface GatewayDecision {
   status: number;
   headers: [string, string][];
-  body?: object;
+  /** The problem body (JSON text) of a 429, 503 or 500. */
+  body?: string;
   finish?(response: { actualCost?: unknown }): Promise<void>;
   done?(): void;
 }
 export class Gateway {
   constructor(options: GatewayOptions);
-  readonly policy: Policy;
+  readonly policy: { version: number };
   readonly metrics: { render(): string; count(route: string, rule: string, outcome: string): number };
-  reload(): Policy;
+  reload(): { version: number };
   decide(request: GatewayRequest): Promise<GatewayDecision | null>;
+}
+/** The engine's in-memory store: the module's arithmetic without a server. Replies in the JSON
+ * of clients/vectors/README.md. */
+export class MemoryStore {
+  constructor();
+  call(args: (string | number)[], nowUs: number): unknown;
 }
 export function expressMiddleware(gateway: Gateway): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
 export function fastifyPlugin(gateway: Gateway): (fastify: any) => Promise<void>;

@@ -1,8 +1,6 @@
-var __create = Object.create;
 var __defProp = Object.defineProperty;
 var __getOwnPropDesc = Object.getOwnPropertyDescriptor;
 var __getOwnPropNames = Object.getOwnPropertyNames;
-var __getProtoOf = Object.getPrototypeOf;
 var __hasOwnProp = Object.prototype.hasOwnProperty;
 var __export = (target, all) => {
   for (var name in all)
@@ -16,14 +14,6 @@ var __copyProps = (to, from, except, desc) => {
   }
   return to;
 };
-var __toESM = (mod, isNodeMode, target) => (target = mod != null ? __create(__getProtoOf(mod)) : {}, __copyProps(
-  // If the importer is in node compatibility mode or this is not an ESM
-  // file that has been converted to a CommonJS file using a Babel-
-  // compatible transform (i.e. "__esModule" has not been set), then set
-  // "default" to the CommonJS "module.exports" for node compatibility.
-  isNodeMode || !mod || !mod.__esModule ? __defProp(target, "default", { value: mod, enumerable: true }) : target,
-  mod
-));
 var __toCommonJS = (mod) => __copyProps(__defProp({}, "__esModule", { value: true }), mod);
 
 // src/index.js
@@ -31,6 +21,7 @@ var index_exports = {};
 __export(index_exports, {
   ALGOS: () => ALGOS,
   Gateway: () => Gateway,
+  MemoryStore: () => MemoryStore,
   PolicyError: () => PolicyError,
   PolicyStore: () => PolicyStore,
   RL: () => RL,
@@ -178,12 +169,12 @@ function classify(err) {
   if (err instanceof Error && isServerReply(err)) return fromServerError(err.message, err);
   return unavailable(`the store did not answer: ${err?.message ?? String(err)}`, err);
 }
-function wrap(send2, extra = {}) {
+function wrap(send3, extra = {}) {
   return {
     ...extra,
     async send(name, args, firstKey) {
       try {
-        return await send2(name, args, firstKey);
+        return await send3(name, args, firstKey);
       } catch (err) {
         throw classify(err);
       }
@@ -490,8 +481,8 @@ function settle(k, id, actual) {
 function info(k) {
   return command("RL.INFO", [key(k)], [k], parseInfo);
 }
-function throttle(k, maxBurst, count2, periodSeconds, quantity) {
-  const args = [key(k), countArg(maxBurst, "max_burst"), countArg(count2, "count"), countArg(periodSeconds, "period")];
+function throttle(k, maxBurst, count, periodSeconds, quantity) {
+  const args = [key(k), countArg(maxBurst, "max_burst"), countArg(count, "count"), countArg(periodSeconds, "period")];
   if (quantity !== void 0 && quantity !== null) args.push(countArg(quantity, "quantity"));
   return command("CL.THROTTLE", args, [k], parseThrottle);
 }
@@ -541,8 +532,8 @@ var RL = class {
   async info(key2) {
     return this.execute(info(key2));
   }
-  async throttle(key2, maxBurst, count2, periodSeconds, quantity) {
-    return this.execute(throttle(key2, maxBurst, count2, periodSeconds, quantity));
+  async throttle(key2, maxBurst, count, periodSeconds, quantity) {
+    return this.execute(throttle(key2, maxBurst, count, periodSeconds, quantity));
   }
   // One command of commands.js: its raw reply parsed, under the client's deadline. `cancel` is
   // the caller's token (`{ cancelled }`, set when the caller gave up, as the gateway's deadline
@@ -553,8 +544,8 @@ var RL = class {
   async run(cmd, cancel) {
     const mode = this.mode ?? await this.detect();
     try {
-      const raw = mode === "script" ? await this.evalsha(cmd, cancel) : await this.native(cmd, cancel);
-      return cmd.parse(raw);
+      const raw2 = mode === "script" ? await this.evalsha(cmd, cancel) : await this.native(cmd, cancel);
+      return cmd.parse(raw2);
     } catch (err) {
       if (!this.forcedMode && err instanceof RLError && err.isUnavailable) this.mode = null;
       throw err;
@@ -1013,1120 +1004,288 @@ var RateLimiterRL = class {
 
 // src/gateway/gateway.js
 var import_node_crypto4 = require("node:crypto");
-var import_node_net2 = __toESM(require("node:net"), 1);
 var import_node_perf_hooks = require("node:perf_hooks");
 
-// src/gateway/breaker.js
-var Breaker = class {
-  constructor({ failures, openMs, rampMs }, { now = Date.now, random = Math.random, onState } = {}) {
-    Object.assign(this, { failures, openMs, rampMs, now, random, onState });
-    this.state = "closed";
-    this.consecutive = 0;
-    this.until = 0;
-    this.probing = false;
-    this.rampStart = 0;
-    this.openings = 0;
+// src/gateway/native.js
+var import_node_module = require("node:module");
+var import_node_path2 = require("node:path");
+function platform() {
+  const { platform: os, arch } = process;
+  if (os === "linux") {
+    const musl = !process.report?.getReport?.().header?.glibcVersionRuntime;
+    return `linux-${arch}-${musl ? "musl" : "gnu"}`;
   }
-  configure({ failures, openMs, rampMs }) {
-    Object.assign(this, { failures, openMs, rampMs });
-  }
-  set(state) {
-    if (state !== this.state) {
-      this.state = state;
-      this.onState?.(state);
-    }
-  }
-  current() {
-    if (this.state === "open" && this.now() >= this.until) this.set("half_open");
-    if (this.state === "ramping" && this.now() - this.rampStart >= this.rampMs) this.set("closed");
-    return this.state;
-  }
-  // Whether a request goes to the store: a ticket to report with, or null for the posture.
-  // `deny` routes always go to the store while ramping: they admitted nothing during the
-  // outage, so their keys hold no catch-up burst.
-  admit(mode) {
-    const state = this.current();
-    if (state === "closed") return { probe: false, epoch: this.epoch() };
-    if (state === "open") return null;
-    if (state === "half_open") {
-      if (this.probing) return null;
-      this.probing = true;
-      return { probe: true, epoch: this.epoch() };
-    }
-    const share = (this.now() - this.rampStart) / this.rampMs;
-    if (mode === "deny" || this.random() < share) return { probe: false, epoch: this.epoch() };
-    return null;
-  }
-  // The count of openings: a call let through before the breaker opened changes nothing after.
-  epoch() {
-    return this.openings;
-  }
-  report(ticket, ok) {
-    if (ticket.probe) {
-      this.probing = false;
-      if (ok) {
-        if (this.rampMs === 0) this.set("closed");
-        else {
-          this.rampStart = this.now();
-          this.set("ramping");
-        }
-        this.consecutive = 0;
-      } else this.open();
-      return;
-    }
-    if (ticket.epoch !== this.epoch() || this.state !== "closed" && this.state !== "ramping") return;
-    if (ok) this.consecutive = 0;
-    else if (++this.consecutive >= this.failures) this.open();
-  }
-  // A request that needed no store call (its grants spent locally) decides nothing; a probe's
-  // slot goes to the next request.
-  unused(ticket) {
-    if (ticket.probe) this.probing = false;
-  }
-  open() {
-    this.openings += 1;
-    this.consecutive = 0;
-    this.until = this.now() + this.openMs;
-    this.set("open");
-  }
-};
-
-// src/gateway/cache.js
-var Lru = class {
-  constructor(max) {
-    this.max = max;
-    this.map = /* @__PURE__ */ new Map();
-  }
-  get(key2) {
-    const v = this.map.get(key2);
-    if (v !== void 0) {
-      this.map.delete(key2);
-      this.map.set(key2, v);
-    }
-    return v;
-  }
-  set(key2, value) {
-    this.map.delete(key2);
-    this.map.set(key2, value);
-    while (this.map.size > this.max) this.map.delete(this.map.keys().next().value);
-  }
-  delete(key2) {
-    this.map.delete(key2);
-  }
-  get size() {
-    return this.map.size;
-  }
-};
-var NegativeCache = class {
-  constructor(entries, now = Date.now) {
-    this.lru = new Lru(entries);
-    this.now = now;
-  }
-  resize(entries) {
-    this.lru.max = entries;
-  }
-  refused(rule, key2, cost, retryAfterMs2, maxMs) {
-    if (retryAfterMs2 <= 0) return;
-    this.lru.set(`${rule}\0${key2}`, { cost, until: this.now() + Math.min(retryAfterMs2, maxMs) });
-  }
-  // The remaining wait when (rule, key) refuses a request of `cost` locally, or 0.
-  check(rule, key2, cost) {
-    const id = `${rule}\0${key2}`;
-    const entry = this.lru.get(id);
-    if (!entry) return 0;
-    const left = entry.until - this.now();
-    if (left <= 0) {
-      this.lru.delete(id);
-      return 0;
-    }
-    return cost >= entry.cost ? left : 0;
-  }
-};
-
-// src/gateway/fallback.js
-var ceilDiv = (a, b) => (a + b - 1n) / b;
-function gcraDecide(state, { limit, periodMs, capacity }, cost, nowUs) {
-  const lim = BigInt(limit);
-  const unit = BigInt(periodMs) * 1000n;
-  const now = BigInt(nowUs) * lim;
-  const tat = state.tat > now ? state.tat : now;
-  const window = BigInt(capacity) * unit;
-  const next = tat + BigInt(cost) * unit;
-  const scaledToMs = (scaled) => Number(ceilDiv(ceilDiv(scaled, lim), 1000n));
-  if (next - now > window) {
-    return {
-      allowed: false,
-      remaining: Number((window - (tat - now)) / unit),
-      retry_after_ms: scaledToMs(next - now - window),
-      reset_after_ms: scaledToMs(tat - now),
-      capacity
-    };
-  }
-  state.tat = next;
-  return {
-    allowed: true,
-    remaining: Number((window - (next - now)) / unit),
-    retry_after_ms: 0,
-    reset_after_ms: scaledToMs(next - now),
-    capacity
-  };
+  if (os === "win32") return `win32-${arch}-msvc`;
+  return `${os}-${arch}`;
 }
-var Fallback = class {
-  constructor(entries, nowUs = () => Date.now() * 1e3) {
-    this.lru = new Lru(entries);
-    this.nowUs = nowUs;
-  }
-  decide(routeName, key2, rule, cost) {
-    const id = `${routeName}\0${key2}`;
-    let state = this.lru.get(id);
-    if (!state) {
-      state = { tat: 0n };
-      this.lru.set(id, state);
+var addon = null;
+function engine() {
+  if (addon) return addon;
+  const name = platform();
+  const load = (0, import_node_module.createRequire)((0, import_node_path2.join)(PACKAGE_ROOT, "package.json"));
+  const tried = [];
+  for (const id of [(0, import_node_path2.join)(PACKAGE_ROOT, "native", `redis-rl.${name}.node`), `redis-rl-${name}`]) {
+    try {
+      addon = load(id);
+      return addon;
+    } catch (err) {
+      tried.push(`${id}: ${err.message.split("\n")[0]}`);
     }
-    return gcraDecide(state, rule, cost, this.nowUs());
   }
-};
-
-// src/gateway/metrics.js
-var OUTCOMES = [
-  "admit",
-  "refuse",
-  "refuse_cached",
-  "unavailable_deny",
-  "fallback_admit",
-  "fallback_refuse",
-  "open_admit",
-  "shadow_refuse",
-  "unreplicated_admit"
-];
-var RESULTS = ["ok", "error", "timeout"];
-var BUCKETS = [5e-4, 1e-3, 25e-4, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
-var BREAKER_STATES = ["closed", "open", "half_open", "ramping"];
-var MODES = ["deny", "fallback", "allow"];
-var escape = (v) => String(v).replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
-var cmp = (a, b) => a < b ? -1 : a > b ? 1 : 0;
-var Metrics = class {
-  constructor(hook) {
-    this.hook = hook;
-    this.decisions = /* @__PURE__ */ new Map();
-    this.calls = new Map(RESULTS.map((r) => [r, { buckets: BUCKETS.map(() => 0), sum: 0, count: 0 }]));
-    this.refills = /* @__PURE__ */ new Map();
-    this.breaker = "closed";
-    this.version = 0;
-    this.routeModes = /* @__PURE__ */ new Map();
-    this.storeMode = null;
-  }
-  emit(event) {
-    this.hook?.(event);
-  }
-  decision(route, rule, outcome) {
-    const id = JSON.stringify([route, rule, outcome]);
-    this.decisions.set(id, (this.decisions.get(id) ?? 0) + 1);
-    this.emit({ type: "decision", route, rule, outcome });
-  }
-  storeCall(result, seconds) {
-    const h = this.calls.get(result);
-    BUCKETS.forEach((b, i) => {
-      if (seconds <= b) h.buckets[i] += 1;
-    });
-    h.sum += seconds;
-    h.count += 1;
-    this.emit({ type: "store_call", result, seconds });
-  }
-  grantRefill(rule) {
-    this.refills.set(rule, (this.refills.get(rule) ?? 0) + 1);
-    this.emit({ type: "grant_refill", rule });
-  }
-  breakerState(state) {
-    this.breaker = state;
-    this.emit({ type: "breaker_state", state });
-  }
-  policy(policy) {
-    this.version = policy.version;
-    this.routeModes = new Map(policy.routes.map((r) => [r.name, r.onStoreError.mode]));
-    this.emit({ type: "policy_version", version: policy.version });
-    for (const [route, mode] of this.routeModes) this.emit({ type: "route_mode", route, mode });
-  }
-  mode(mode) {
-    this.storeMode = mode;
-    this.emit({ type: "store_mode", mode });
-  }
-  count(route, rule, outcome) {
-    return this.decisions.get(JSON.stringify([route, rule, outcome])) ?? 0;
-  }
-  render() {
-    const out = [];
-    const family = (name, type, help) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
-    family("rl_gateway_decisions_total", "counter", "Rule decisions by route, rule and outcome.");
-    const rows = [...this.decisions].map(([id, n]) => [...JSON.parse(id), n]);
-    rows.sort((a, b) => cmp(a[0], b[0]) || cmp(a[1], b[1]) || OUTCOMES.indexOf(a[2]) - OUTCOMES.indexOf(b[2]));
-    for (const [route, rule, outcome, n] of rows) {
-      out.push(`rl_gateway_decisions_total{route="${escape(route)}",rule="${escape(rule)}",outcome="${outcome}"} ${n}`);
-    }
-    family("rl_gateway_store_call_duration_seconds", "histogram", "Store call latency by result.");
-    for (const result of RESULTS) {
-      const h = this.calls.get(result);
-      if (h.count === 0) continue;
-      BUCKETS.forEach((b, i) => out.push(`rl_gateway_store_call_duration_seconds_bucket{result="${result}",le="${b}"} ${h.buckets[i]}`));
-      out.push(`rl_gateway_store_call_duration_seconds_bucket{result="${result}",le="+Inf"} ${h.count}`);
-      out.push(`rl_gateway_store_call_duration_seconds_sum{result="${result}"} ${h.sum}`);
-      out.push(`rl_gateway_store_call_duration_seconds_count{result="${result}"} ${h.count}`);
-    }
-    family("rl_gateway_grant_refills_total", "counter", "RL.GRANT calls by rule.");
-    for (const [rule, n] of [...this.refills].sort((a, b) => cmp(a[0], b[0]))) {
-      out.push(`rl_gateway_grant_refills_total{rule="${escape(rule)}"} ${n}`);
-    }
-    family("rl_gateway_breaker_state", "gauge", "The store breaker: 1 for the current state.");
-    for (const s of BREAKER_STATES) out.push(`rl_gateway_breaker_state{state="${s}"} ${s === this.breaker ? 1 : 0}`);
-    family("rl_gateway_policy_version", "gauge", "Version of the policy in force.");
-    out.push(`rl_gateway_policy_version ${this.version}`);
-    family("rl_gateway_route_mode", "gauge", "Each route's posture when the store cannot answer.");
-    for (const [route, mode] of [...this.routeModes].sort((a, b) => cmp(a[0], b[0]))) {
-      for (const m of MODES) out.push(`rl_gateway_route_mode{route="${escape(route)}",mode="${m}"} ${m === mode ? 1 : 0}`);
-    }
-    family("rl_gateway_store_mode", "gauge", "How commands reach the store: the module, or the script.");
-    for (const m of ["module", "script"]) {
-      if (this.storeMode !== null) out.push(`rl_gateway_store_mode{mode="${m}"} ${m === this.storeMode ? 1 : 0}`);
-    }
-    return `${out.join("\n")}
-`;
-  }
-};
+  throw new Error(`redis-rl: the gateway's native engine is not installed for ${name} (tried ${tried.join("; ")}); build it from the repository with Rust (npm run build:native) or install the prebuilt redis-rl-` + name);
+}
 
 // src/gateway/policy.js
 var import_node_fs2 = require("node:fs");
-var import_node_net = __toESM(require("node:net"), 1);
 var PolicyError = class extends Error {
   constructor(message) {
     super(message);
     this.name = "PolicyError";
   }
 };
-var invalid = (path, message) => new PolicyError(path ? `invalid policy: ${path}: ${message}` : `invalid policy: ${message}`);
-var MAX_COUNT = 1e15;
-var MAX_LOG_LIMIT = 1e4;
-var MAX_SEMAPHORE = 1e5;
-var DAY_MS = 864e5;
-var MAX_PERIOD_MS = 3650 * DAY_MS;
-var UNIT_MS2 = { ms: 1, s: 1e3, m: 6e4, h: 36e5, d: DAY_MS };
-function duration(path, value, maxMs = MAX_PERIOD_MS, maxText = "3650d") {
-  if (typeof value !== "string") throw invalid(path, `must be a duration string such as "10s" (got ${JSON.stringify(value)})`);
-  const m = /^([0-9]*)([a-zA-Z]*)$/.exec(value);
-  if (m && m[1] && !m[2]) throw invalid(path, "needs a unit: add ms, s, m, h or d (for example 10s)");
-  const scale = m && UNIT_MS2[m[2].toLowerCase()];
-  if (!m || !m[1] || !scale) throw invalid(path, "must be a positive integer followed by ms, s, m, h or d (for example 10s)");
-  const ms = Number(m[1]) * scale;
-  if (!(ms >= 1 && ms <= maxMs)) throw invalid(path, `must be between 1ms and ${maxText}`);
-  return ms;
-}
-function count(path, value, max = MAX_COUNT) {
-  if (!Number.isInteger(value)) throw invalid(path, `must be an integer (got ${JSON.stringify(value)})`);
-  if (value < 1 || value > max) throw invalid(path, `must be in the range [1, ${max}]`);
-  return value;
-}
-function object(path, value, fields) {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) throw invalid(path, "must be an object");
-  for (const k of Object.keys(value)) {
-    if (!fields.includes(k)) throw invalid(path ? `${path}.${k}` : k, `unknown field (known: ${fields.join(", ")})`);
-  }
-  return value;
-}
-function bool(path, value, dflt) {
-  if (value === void 0) return dflt;
-  if (typeof value !== "boolean") throw invalid(path, "must be true or false");
-  return value;
-}
-function str(path, value) {
-  if (typeof value !== "string") throw invalid(path, "must be a string");
-  return value;
-}
-var VARS = ["user", "tenant", "ip", "route"];
-var ANONYMOUS = "anonymous";
-function parseTemplate(path, source) {
-  if (typeof source !== "string") throw invalid(path, "must be a string");
-  if (source === "") throw invalid(path, "a key must not be empty");
-  const parts = [];
-  let rest = source;
-  for (let at = rest.indexOf("${"); at >= 0; at = rest.indexOf("${")) {
-    if (at > 0) parts.push({ text: rest.slice(0, at) });
-    const close = rest.indexOf("}", at + 2);
-    if (close < 0) throw invalid(path, `unclosed '\${' in '${source}'`);
-    const name = rest.slice(at + 2, close);
-    if (!VARS.includes(name)) throw invalid(path, `unknown variable '\${${name}}' (known: user, tenant, ip, route)`);
-    parts.push({ v: name });
-    rest = rest.slice(close + 1);
-  }
-  if (rest) parts.push({ text: rest });
-  return { source, parts, tag: hashTag(parts) };
-}
-function hashTag(parts) {
-  let tag = null;
-  for (const p of parts) {
-    if (p.text !== void 0) {
-      if (tag === null) {
-        const open = p.text.indexOf("{");
-        if (open < 0) continue;
-        const inside = p.text.slice(open + 1);
-        const close = inside.indexOf("}");
-        if (close >= 0) return close > 0 ? inside.slice(0, close) : null;
-        tag = inside;
-      } else {
-        const close = p.text.indexOf("}");
-        if (close >= 0) {
-          tag += p.text.slice(0, close);
-          return tag || null;
-        }
-        tag += p.text;
-      }
-    } else if (tag !== null) tag += `\${${p.v}}`;
-  }
-  return null;
-}
-var escapeValue = (s) => s.replace(/[%{}]/g, (c) => ({ "%": "%25", "{": "%7B", "}": "%7D" })[c]);
-function renderKey(template, identity) {
-  let out = "";
-  for (const p of template.parts) {
-    if (p.text !== void 0) out += p.text;
-    else {
-      const value = identity[p.v];
-      out += escapeValue(value ? String(value) : ANONYMOUS);
-    }
-  }
-  return out;
-}
-function parseNet(text) {
-  if (typeof text !== "string") return null;
-  const [addr, prefix, extra] = text.split("/");
-  if (extra !== void 0) return null;
-  const family = import_node_net.default.isIP(addr);
-  if (!family) return null;
-  const bits = family === 4 ? 32 : 128;
-  const p = prefix === void 0 ? bits : /^[0-9]+$/.test(prefix) ? Number(prefix) : NaN;
-  if (!(p >= 0 && p <= bits)) return null;
-  return { value: ipValue(addr), bits, prefix: p };
-}
-function ipValue(addr) {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(addr);
-  if (mapped) addr = mapped[1];
-  if (import_node_net.default.isIPv4(addr)) return addr.split(".").reduce((a, o) => a << 8n | BigInt(Number(o)), 0n);
-  const [head, tail = ""] = addr.split("::");
-  const h = head ? head.split(":") : [];
-  const t = tail ? tail.split(":") : [];
-  const groups = addr.includes("::") ? [...h, ...Array(8 - h.length - t.length).fill("0"), ...t] : h;
-  return groups.reduce((a, g) => a << 16n | BigInt(parseInt(g || "0", 16)), 0n) | 1n << 200n;
-}
-function netContains(n, addr) {
-  if (!import_node_net.default.isIP(addr)) return false;
-  const v = ipValue(addr);
-  const isV6 = v >= 1n << 200n;
-  if (isV6 !== (n.bits === 128)) return false;
-  const host = BigInt(n.bits - n.prefix);
-  return v >> host === n.value >> host;
-}
-var RULE_FIELDS = [
-  "key",
-  "algo",
-  "limit",
-  "period",
-  "burst",
-  "cost",
-  "public",
-  "shadow",
-  "settle",
-  "durable",
-  "grant",
-  "concurrency",
-  "lease"
-];
-function parseRule(path, name, raw) {
-  object(path, raw, RULE_FIELDS);
-  const at = (f) => `${path}.${f}`;
-  if (raw.key === void 0) throw invalid(at("key"), "a rule needs a key");
-  const key2 = parseTemplate(at("key"), raw.key);
-  const common = {
-    name,
-    key: key2,
-    public: bool(at("public"), raw.public, true),
-    shadow: bool(at("shadow"), raw.shadow, false),
-    durable: bool(at("durable"), raw.durable, false)
-  };
-  if (raw.concurrency !== void 0) {
-    for (const f of ["algo", "limit", "period", "burst", "cost", "settle", "grant"]) {
-      if (raw[f] !== void 0) throw invalid(at(f), "a semaphore rule (concurrency) takes no rate field or grant");
-    }
-    const concurrency = count(at("concurrency"), raw.concurrency, MAX_SEMAPHORE);
-    if (raw.lease === void 0) throw invalid(at("lease"), "a semaphore rule needs a lease");
-    return { ...common, semaphore: true, concurrency, leaseMs: duration(at("lease"), raw.lease) };
-  }
-  if (raw.lease !== void 0) throw invalid(at("lease"), "lease belongs to a semaphore rule (concurrency)");
-  const algo = raw.algo === void 0 ? "gcra" : raw.algo;
-  if (!ALGOS.includes(algo)) throw invalid(at("algo"), `must be one of gcra, bucket, window, sliding, log (got '${algo}')`);
-  if (raw.limit === void 0) throw invalid(at("limit"), "a rate rule needs a limit");
-  const limit = count(at("limit"), raw.limit, algo === "log" ? MAX_LOG_LIMIT : MAX_COUNT);
-  if (raw.period === void 0) throw invalid(at("period"), "a rate rule needs a period");
-  const periodMs = duration(at("period"), raw.period);
-  const rateFamily = algo === "gcra" || algo === "bucket";
-  if (raw.burst !== void 0 && !rateFamily) throw invalid(at("burst"), `BURST is not allowed with ALGO ${algo}`);
-  const capacity = raw.burst === void 0 ? limit : count(at("burst"), raw.burst);
-  if (BigInt(capacity) * BigInt(periodMs) > BigInt(MAX_PERIOD_MS) * BigInt(limit)) {
-    throw invalid(at("burst"), "capacity / limit * period (the time to refill the capacity) must be at most 3650d");
-  }
-  const cost = raw.cost === void 0 ? 1 : count(at("cost"), raw.cost);
-  if (cost > capacity) {
-    throw invalid(at("cost"), `COST ${cost} exceeds the capacity ${capacity}: such a request could never be admitted`);
-  }
-  const settle2 = bool(at("settle"), raw.settle, false);
-  if (settle2 && !rateFamily) throw invalid(at("settle"), "settling needs algo gcra or bucket");
-  let grant2 = null;
-  if (raw.grant !== void 0) {
-    object(at("grant"), raw.grant, ["want", "ttl"]);
-    if (raw.grant.want === void 0) throw invalid(at("grant.want"), "a grant needs want");
-    grant2 = {
-      want: count(at("grant.want"), raw.grant.want),
-      ttlMs: raw.grant.ttl === void 0 ? 1e3 : duration(at("grant.ttl"), raw.grant.ttl, DAY_MS, "1d")
-    };
-  }
-  return { ...common, semaphore: false, algo, limit, periodMs, burst: raw.burst, capacity, cost, settle: settle2, grant: grant2 };
-}
-var inMulti = (rule) => !rule.semaphore && !rule.grant && !rule.shadow;
-function parseRoute(path, raw, rules) {
-  object(path, raw, ["method", "path", "rules", "on_store_error"]);
-  const method = str(`${path}.method`, raw.method);
-  if (!/^[A-Za-z]+$/.test(method)) throw invalid(`${path}.method`, "must be an HTTP method such as GET");
-  const p = str(`${path}.path`, raw.path);
-  if (!p.startsWith("/")) throw invalid(`${path}.path`, "must start with '/'");
-  if (!Array.isArray(raw.rules)) throw invalid(`${path}.rules`, "must be a list of rule names");
-  if (raw.rules.length === 0) throw invalid(`${path}.rules`, "a route needs at least one rule");
-  const specs = [];
-  raw.rules.forEach((name, i) => {
-    const spec = typeof name === "string" && Object.hasOwn(rules, name) ? rules[name] : null;
-    if (!spec) throw invalid(`${path}.rules[${i}]`, `unknown rule '${name}'`);
-    if (specs.includes(spec)) throw invalid(`${path}.rules[${i}]`, `rule '${name}' given twice`);
-    specs.push(spec);
-  });
-  const multi2 = specs.filter(inMulti);
-  for (const other of multi2.slice(1)) {
-    const first = multi2[0];
-    if (first.key.tag === null || first.key.tag !== other.key.tag) {
-      throw invalid(`${path}.rules`, `rules '${first.name}' and '${other.name}' go in one RL.MULTI, so their keys must share a hash tag (a '{...}' part written the same in both)`);
-    }
-    if (first.key.source === other.key.source) throw invalid(`${path}.rules`, `rules '${first.name}' and '${other.name}' have the same key`);
-  }
-  const onStoreError = parseOnStoreError(`${path}.on_store_error`, raw.on_store_error, specs[0]);
-  const m = method.toUpperCase();
-  return { method: m, path: p, name: `${m} ${p}`, rules: specs, onStoreError };
-}
-function parseOnStoreError(path, raw, firstRule) {
-  if (raw === void 0) return { mode: "deny" };
-  object(path, raw, ["mode", "limit", "period", "burst"]);
-  const mode = raw.mode;
-  if (mode === "deny" || mode === "allow") {
-    for (const f of ["limit", "period", "burst"]) {
-      if (raw[f] !== void 0) throw invalid(`${path}.${f}`, "only a fallback takes a limit, period or burst");
-    }
-    return { mode };
-  }
-  if (mode !== "fallback") throw invalid(`${path}.mode`, `must be deny, fallback or allow (got '${mode}')`);
-  if (raw.limit === void 0) throw invalid(`${path}.limit`, "a fallback needs a limit");
-  const limit = count(`${path}.limit`, raw.limit);
-  if (raw.period === void 0) throw invalid(`${path}.period`, "a fallback needs a period");
-  const periodMs = duration(`${path}.period`, raw.period);
-  const capacity = raw.burst === void 0 ? limit : count(`${path}.burst`, raw.burst);
-  if (BigInt(capacity) * BigInt(periodMs) > BigInt(MAX_PERIOD_MS) * BigInt(limit)) {
-    throw invalid(`${path}.burst`, "capacity / limit * period (the time to refill the capacity) must be at most 3650d");
-  }
-  if (!firstRule.semaphore && firstRule.cost > capacity) {
-    throw invalid(`${path}.burst`, `the route's first rule costs ${firstRule.cost}, more than the fallback's capacity ${capacity}`);
-  }
-  return { mode, limit, periodMs, capacity };
-}
-function parsePolicy(text) {
-  let doc;
+var textOf = (policy) => typeof policy === "string" ? policy : JSON.stringify(policy);
+function parsePolicy(policy) {
   try {
-    doc = typeof text === "string" ? JSON.parse(text) : text;
+    return { version: engine().loadPolicy(textOf(policy)) };
   } catch (err) {
-    throw invalid("", `not JSON: ${err.message}`);
+    throw new PolicyError(err.message);
   }
-  object("", doc, ["version", "identity", "rules", "routes", "negative_cache", "store", "retry_after_jitter"]);
-  if (doc.version === void 0) throw invalid("version", "required");
-  if (!Number.isSafeInteger(doc.version) || doc.version < 0) throw invalid("version", "must be an unsigned integer");
-  const id = object("identity", doc.identity ?? {}, ["user", "tenant", "trusted_proxies"]);
-  const identity = {
-    user: id.user === void 0 ? null : str("identity.user", id.user).toLowerCase(),
-    tenant: id.tenant === void 0 ? null : str("identity.tenant", id.tenant).toLowerCase(),
-    trustedProxies: (() => {
-      const list = id.trusted_proxies ?? [];
-      if (!Array.isArray(list)) throw invalid("identity.trusted_proxies", "must be a list");
-      return list.map((p, i) => parseNet(p) ?? (() => {
-        throw invalid(`identity.trusted_proxies[${i}]`, `'${p}' is not an IP address or CIDR block`);
-      })());
-    })()
-  };
-  if (doc.rules === void 0) throw invalid("rules", "required");
-  object("rules", doc.rules, Object.keys(doc.rules));
-  const rules = {};
-  for (const [name, raw] of Object.entries(doc.rules)) rules[name] = parseRule(`rules.${name}`, name, raw);
-  if (doc.routes === void 0) throw invalid("routes", "required");
-  if (!Array.isArray(doc.routes)) throw invalid("routes", "must be a list");
-  const routes = [];
-  const seen = /* @__PURE__ */ new Map();
-  doc.routes.forEach((raw, i) => {
-    const route = parseRoute(`routes[${i}]`, raw, rules);
-    if (seen.has(route.name)) throw invalid(`routes[${i}]`, `duplicate route ${route.name} (also routes[${seen.get(route.name)}])`);
-    seen.set(route.name, i);
-    routes.push(route);
-  });
-  const nc = object("negative_cache", doc.negative_cache ?? {}, ["max", "entries"]);
-  const negativeCache = {
-    maxMs: nc.max === void 0 ? 250 : duration("negative_cache.max", nc.max),
-    entries: nc.entries === void 0 ? 1e5 : (() => {
-      if (nc.entries === 0) throw invalid("negative_cache.entries", "must be at least 1");
-      return count("negative_cache.entries", nc.entries);
-    })()
-  };
-  const st = object("store", doc.store ?? {}, ["timeout", "breaker", "ramp"]);
-  const br = object("store.breaker", st.breaker ?? {}, ["failures", "open"]);
-  const store = {
-    timeoutMs: st.timeout === void 0 ? 50 : duration("store.timeout", st.timeout),
-    failures: br.failures === void 0 ? 5 : (() => {
-      if (br.failures === 0) throw invalid("store.breaker.failures", "must be at least 1");
-      return count("store.breaker.failures", br.failures);
-    })(),
-    openMs: br.open === void 0 ? 1e3 : duration("store.breaker.open", br.open),
-    rampMs: st.ramp === void 0 ? 1e4 : duration("store.ramp", st.ramp)
-  };
-  const jitter = doc.retry_after_jitter ?? 0;
-  if (typeof jitter !== "number" || !(jitter >= 0 && jitter <= 1)) {
-    throw invalid("retry_after_jitter", `must be in [0, 1] (got ${JSON.stringify(jitter)})`);
-  }
-  const byRoute = new Map(routes.map((r) => [r.name, r]));
-  return {
-    version: doc.version,
-    identity,
-    rules,
-    routes,
-    negativeCache,
-    store,
-    retryAfterJitter: jitter,
-    route: (method, path) => byRoute.get(`${String(method).toUpperCase()} ${path}`)
-  };
 }
 var PolicyStore = class _PolicyStore {
   static fromFile(file) {
     return new _PolicyStore(readPolicy(file), file);
   }
   constructor(policy, file = null) {
-    this.current = typeof policy === "string" || !policy.route ? parsePolicy(policy) : policy;
+    this.text = textOf(policy);
     this.file = file;
-    this.listeners = [];
   }
-  // Re-reads the file: a version not higher than the one in force is refused, and on any error
-  // the snapshot in force stays.
-  reload() {
-    const next = readPolicy(this.file);
-    if (next.version <= this.current.version) {
-      throw new PolicyError(`policy version ${next.version} is not higher than the version in force, ${this.current.version}`);
-    }
-    this.current = next;
-    for (const l of this.listeners) l(next);
-    return next;
-  }
-  onChange(listener) {
-    this.listeners.push(listener);
+  // The file's text now (the gateway's engine refuses it, keeping the snapshot in force, when
+  // it is invalid or its version is not higher); without a file, the document given.
+  read() {
+    if (this.file !== null) this.text = readPolicy(this.file);
+    return this.text;
   }
 };
 function readPolicy(file) {
-  let text;
   try {
-    text = (0, import_node_fs2.readFileSync)(file, "utf8");
+    return (0, import_node_fs2.readFileSync)(file, "utf8");
   } catch (err) {
     throw new PolicyError(`cannot read policy ${file}: ${err.message}`);
   }
-  return parsePolicy(text);
-}
-
-// src/gateway/problem.js
-var PROBLEM_TYPE = "application/problem+json";
-function tooManyRequests(violated, retryAfter) {
-  return {
-    type: "https://iana.org/assignments/http-problem-types#quota-exceeded",
-    title: "Too Many Requests",
-    status: 429,
-    detail: `Rate limit exceeded; retry in ${retryAfter} s.`,
-    "violated-policies": violated
-  };
-}
-function unavailable2(retryAfter) {
-  return {
-    type: "about:blank",
-    title: "Service Unavailable",
-    status: 503,
-    detail: `The rate limiter is unavailable; retry in ${retryAfter} s.`
-  };
 }
 
 // src/gateway/gateway.js
-var RELEASE_DEADLINE_MS = 1e3;
-var hex = (bytes) => (0, import_node_crypto4.randomBytes)(bytes).toString("hex");
-var rateSpec = (rule) => ({ name: rule.name, limit: rule.limit, periodMs: rule.periodMs, capacity: rule.capacity });
-var semaphoreSpec = (rule) => ({ name: rule.name, limit: rule.concurrency, capacity: rule.concurrency, semaphore: true });
-var Gateway = class {
-  // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, a policy document as
-  // text or object), `durableStore` (connections of their own for WAIT), `legacyHeaders`,
-  // `logSample` (0 to 1, default 0.01), `logger`, `hook(event)`, `identify(request)` (async,
-  // `{ user, tenant }`), `random`, `now`.
-  constructor(options) {
-    this.random = options.random ?? Math.random;
-    this.now = options.now ?? Date.now;
-    this.logger = options.logger ?? console;
-    this.logSample = options.logSample ?? 0.01;
-    this.legacy = Boolean(options.legacyHeaders);
-    this.identify = options.identify;
-    this.metrics = new Metrics(options.hook);
-    const onMode = (mode) => this.metrics.mode(mode);
-    this.rl = options.store instanceof RL ? options.store : new RL(options.store, { logger: this.logger, onMode });
-    if (options.store instanceof RL) {
-      const previous = this.rl.onMode;
-      this.rl.onMode = (m) => {
-        previous?.(m);
-        onMode(m);
-      };
-      if (this.rl.mode) onMode(this.rl.mode);
+var BACKGROUND_TIMEOUT_MS = 1e3;
+var WALL_US = Date.now() * 1e3;
+var MONO_MS = import_node_perf_hooks.performance.now();
+var nowUs = () => Math.floor(WALL_US + (import_node_perf_hooks.performance.now() - MONO_MS) * 1e3);
+var sleep = (ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
+var raw = (x) => x;
+function send(rl, call, options) {
+  const [name, ...args] = call.args;
+  if (name === "WAIT") return rl.adapter.send(name, args, call.key);
+  const keys = name === "RL.MULTI" ? args.slice(1, 1 + Number(args[0])) : args.slice(0, 1);
+  return rl.execute({ name, args, keys, parse: raw }, options);
+}
+var FIELD = /^[a-z_]+$/;
+var flatMap = (a) => a.length > 0 && a.length % 2 === 0 && a.every((x, i) => i % 2 === 1 || typeof x === "string" && FIELD.test(x));
+function wire(v) {
+  if (v === null || v === void 0) return null;
+  if (typeof v === "string") return v;
+  if (typeof v === "number") return Number.isInteger(v) ? v : String(v);
+  if (typeof v === "bigint") return Number(v);
+  if (typeof v === "boolean") return v ? 1 : 0;
+  if (Buffer.isBuffer(v)) return v.toString("utf8");
+  if (Array.isArray(v)) {
+    if (!flatMap(v)) return v.map(wire);
+    const pairs = [];
+    for (let i = 0; i < v.length; i += 2) pairs.push([v[i], wire(v[i + 1])]);
+    return { map: pairs };
+  }
+  if (v instanceof Error) return { error: v.message };
+  const entries = v instanceof Map ? [...v] : Object.entries(v);
+  return { map: entries.map(([k, x]) => [wire(k), wire(x)]) };
+}
+function failure(err) {
+  const e = classify(err);
+  if (e.kind === "refused") return { error: e.message };
+  if (e.kind === "unavailable") return { fail: e.timeout ? "timeout" : e.message };
+  return { error: `ERR ${e.message}` };
+}
+async function sendAll(rl, calls, deadline) {
+  const answers = [];
+  const cancel = { cancelled: false };
+  const sending = (async () => {
+    for (const call of calls) {
+      let answer;
+      try {
+        answer = { reply: wire(await send(rl, call, { cancel })) };
+      } catch (err) {
+        answer = failure(err);
+      }
+      if (cancel.cancelled) return;
+      answers.push(answer);
     }
-    const durable = options.durableStore;
-    this.durable = !durable ? this.rl : durable instanceof RL ? durable : new RL(durable, { logger: this.logger });
+  })();
+  const ms = Math.max(1, (deadline - nowUs()) / 1e3);
+  await withDeadline(sending, ms, cancel).catch(() => {
+  });
+  return answers;
+}
+async function sendEach(rl, calls) {
+  for (const call of calls) {
+    await send(rl, call, { timeout: BACKGROUND_TIMEOUT_MS }).catch(() => {
+    });
+  }
+}
+var Gateway = class {
+  // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, or a policy document
+  // as text or object), `durableStore` (connections of their own for durable routes),
+  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `logger`, `hook(event)`,
+  // `identify(request)` (async, `{ user, tenant }`).
+  constructor(options) {
+    const { Engine } = engine();
+    this.logger = options.logger ?? console;
+    this.identify = options.identify;
+    this.hook = options.hook;
     this.policies = options.policy instanceof PolicyStore ? options.policy : new PolicyStore(options.policy);
-    const p = this.policies.current;
-    this.cache = new NegativeCache(p.negativeCache.entries, this.now);
-    this.fallback = new Fallback(p.negativeCache.entries, () => this.now() * 1e3);
-    this.chunks = new Lru(p.negativeCache.entries);
-    this.breaker = new Breaker(p.store, { now: this.now, random: this.random, onState: (s) => this.metrics.breakerState(s) });
-    this.metrics.policy(p);
-    this.policies.onChange((next) => this.applied(next));
+    try {
+      this.engine = new Engine(this.policies.text, {
+        legacyHeaders: Boolean(options.legacyHeaders),
+        logSample: options.logSample ?? 0.01,
+        seed: (0, import_node_crypto4.randomBytes)(6).readUIntBE(0, 6),
+        events: Boolean(this.hook)
+      });
+    } catch (err) {
+      throw new PolicyError(err.message);
+    }
+    this.rl = this.client(options.store);
+    this.durable = options.durableStore ? this.client(options.durableStore) : this.rl;
+    this.events();
+    const engine2 = this.engine;
+    this.metrics = {
+      render: () => engine2.metrics(),
+      // One series of rl_gateway_decisions_total, 0 when absent.
+      count(route, rule, outcome) {
+        const line = `rl_gateway_decisions_total{route="${route}",rule="${rule}",outcome="${outcome}"} `;
+        const found = engine2.metrics().split("\n").find((l) => l.startsWith(line));
+        return found ? Number(found.slice(line.length)) : 0;
+      }
+    };
+  }
+  // The client's mode (module or script) is reported as rl_gateway_store_mode.
+  client(store) {
+    const onMode = (mode) => {
+      this.engine.storeMode(mode);
+      this.events();
+    };
+    if (!(store instanceof RL)) return new RL(store, { logger: this.logger, onMode });
+    const previous = store.onMode;
+    store.onMode = (m) => {
+      previous?.(m);
+      onMode(m);
+    };
+    if (store.mode) onMode(store.mode);
+    return store;
+  }
+  events() {
+    if (this.hook) for (const e of this.engine.events()) this.hook(e);
   }
   get policy() {
-    return this.policies.current;
+    return { version: this.engine.policyVersion };
   }
-  // Re-reads the policy file; throws a PolicyError (and keeps the snapshot in force) when refused.
+  // Re-reads the policy file; throws a PolicyError (and keeps the snapshot in force) when
+  // refused.
   reload() {
-    return this.policies.reload();
-  }
-  applied(policy) {
-    this.cache.resize(policy.negativeCache.entries);
-    this.fallback.lru.max = policy.negativeCache.entries;
-    this.chunks.max = policy.negativeCache.entries;
-    this.breaker.configure(policy.store);
-    this.metrics.policy(policy);
-  }
-  // ---- Identity ----
-  clientIp(policy, peer, headers) {
-    const trusted = (addr) => policy.identity.trustedProxies.some((n) => netContains(n, addr));
-    let ip = peer ?? "";
-    if (!trusted(ip)) return ip;
-    const hops = String(headers["x-forwarded-for"] ?? "").split(",").map((h) => h.trim()).filter(Boolean);
-    for (let i = hops.length - 1; i >= 0; i--) {
-      if (!import_node_net2.default.isIP(hops[i])) break;
-      ip = hops[i];
-      if (!trusted(ip)) break;
-    }
-    return ip;
-  }
-  async identityOf(policy, route, req) {
-    const header = (name) => {
-      if (!name) return null;
-      const v = req.headers[name];
-      const s = Array.isArray(v) ? v[0] : v;
-      return s ? String(s) : null;
-    };
-    const resolved = this.identify ? await this.identify(req) ?? {} : {};
-    return {
-      user: resolved.user || header(policy.identity.user),
-      tenant: resolved.tenant || header(policy.identity.tenant),
-      ip: this.clientIp(policy, req.peer, req.headers),
-      route: route.name
-    };
-  }
-  // ---- Logs and counts ----
-  record(ctx, rule, outcome) {
-    this.metrics.decision(ctx.route.name, rule.name, outcome);
-    const entry = { route: ctx.route.name, rule: rule.name, policy_version: ctx.policy.version, outcome };
-    if (outcome === "open_admit") this.logger.warn?.("redis-rl decision", entry);
-    else if (outcome === "shadow_refuse" || ctx.logged) this.logger.info?.("redis-rl decision", entry);
-  }
-  // ---- One request ----
-  // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
-  // matches, else { status, headers, body?, finish?, done? }: `finish({ actualCost })` once the
-  // backend answered (settlement), `done()` when the response ended or was dropped (releases).
-  async decide(req) {
-    const policy = this.policies.current;
-    const route = policy.route(req.method, req.path);
-    if (!route) return null;
-    const identity = await this.identityOf(policy, route, req);
-    const ctx = {
-      policy,
-      route,
-      identity,
-      req,
-      logged: this.random() < this.logSample,
-      showPrivate: Boolean(identity.user),
-      rules: route.rules.map((rule) => {
-        const key2 = renderKey(rule.key, identity);
-        return { rule, key: rule.shadow ? `shadow:${key2}` : key2 };
-      })
-    };
-    const cached = [];
-    for (const r of ctx.rules) {
-      if (r.rule.shadow || r.rule.semaphore) continue;
-      const wait = this.cache.check(r.rule.name, r.key, r.rule.cost);
-      if (wait > 0) cached.push([r, wait]);
-    }
-    if (cached.length) {
-      for (const [r] of cached) this.record(ctx, r.rule, "refuse_cached");
-      return this.refusal(
-        ctx,
-        cached.map(([r, wait]) => [r, rateSpec(r.rule), refusedOutcome(wait)]),
-        cached.map(([r]) => r.rule.name),
-        Math.max(...cached.map(([, w]) => w))
-      );
-    }
-    const ticket = this.breaker.admit(route.onStoreError.mode);
-    if (!ticket) return this.posture(ctx);
-    const rl = route.rules.some((r) => r.durable) ? this.durable : this.rl;
-    const state = { rl, holders: [], reservations: [], taken: [], answered: [], cancelled: false, calls: 0 };
-    const started = import_node_perf_hooks.performance.now();
-    let outcome;
+    const text = this.policies.read();
     try {
-      outcome = await withDeadline(this.storeCalls(ctx, state), policy.store.timeoutMs, state);
+      this.engine.reload(text);
     } catch (err) {
-      state.cancelled = true;
-      const seconds = (import_node_perf_hooks.performance.now() - started) / 1e3;
-      this.releaseAll(state);
-      this.giveBack(state);
-      if (err instanceof RLError && err.isUnavailable) {
-        this.metrics.storeCall(err.timeout ? "timeout" : "error", seconds);
-        this.breaker.report(ticket, false);
-        return this.posture(ctx);
-      }
-      this.metrics.storeCall("ok", seconds);
-      this.breaker.report(ticket, true);
-      this.logger.error?.("redis-rl: the store refused the call", { route: route.name, error: String(err?.message ?? err) });
-      return {
-        status: 500,
-        headers: [["Content-Type", PROBLEM_TYPE]],
-        body: { type: "about:blank", title: "Internal Server Error", status: 500, detail: "The rate limiter refused the call." }
-      };
+      throw new PolicyError(err.message);
     }
-    if (state.calls === 0) this.breaker.unused(ticket);
-    else {
-      this.metrics.storeCall("ok", (import_node_perf_hooks.performance.now() - started) / 1e3);
-      this.breaker.report(ticket, true);
-    }
-    if (!outcome.allowed) {
-      this.releaseAll(state);
-      this.giveBack(state);
-      await this.refundAll(state);
-      return this.refusal(ctx, state.answered, outcome.refusing.map((r) => r.rule.name), outcome.retryMs);
-    }
-    for (const r of ctx.rules) if (!r.rule.shadow) this.record(ctx, r.rule, "admit");
-    await this.waitDurable(ctx, state);
-    return this.admission(ctx, state);
+    this.events();
+    return this.policy;
   }
-  // The store calls in order: grants from their chunks, semaphores, settle rules, one RL.MULTI,
-  // then shadow rules apart. A refusal stops the sequence.
-  async storeCalls(ctx, state) {
-    const live2 = () => {
-      if (state.cancelled) throw new RLError("unavailable", "the request missed its deadline");
-    };
-    const record = (rule, outcome) => {
-      if (!state.cancelled) this.record(ctx, rule, outcome);
-    };
-    const refuse = (r, retryMs, spec, outcome) => {
-      state.answered.push([r, spec, outcome]);
-      record(r.rule, "refuse");
-      return { allowed: false, refusing: [r], retryMs };
-    };
-    for (const r of ctx.rules) {
-      if (r.rule.semaphore || !r.rule.grant || r.rule.shadow) continue;
-      const got = await this.takeGrant(r, state, live2);
-      if (got !== true) {
-        if (got.retry_after_ms > 0) this.cache.refused(r.rule.name, r.key, r.rule.cost, got.retry_after_ms, ctx.policy.negativeCache.maxMs);
-        return refuse(r, got.retry_after_ms, rateSpec(r.rule), refusedOutcome(got.retry_after_ms));
+  // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
+  // matches, else { status, headers, body? (the problem, JSON text), finish?, done? }:
+  // `finish({ actualCost })` once the backend answered (settlement), `done()` when the
+  // response ended or was dropped (releases).
+  async decide(req) {
+    let caller;
+    if (this.identify && this.engine.routed(req.method, req.path)) {
+      const c = await this.identify(req) ?? {};
+      caller = { user: c.user || void 0, tenant: c.tenant || void 0 };
+    }
+    const started = nowUs();
+    const pending = this.engine.begin({
+      method: req.method,
+      path: req.path,
+      headers: req.headers,
+      latin1: true,
+      peer: req.peer,
+      caller
+    }, started);
+    const rl = pending.isDurable() ? this.durable : this.rl;
+    let step = pending.first();
+    while (step.kind !== "done") {
+      if (step.kind === "wait") {
+        await sleep((step.until - nowUs()) / 1e3);
+        step = pending.resume([], nowUs());
+      } else {
+        const answers = await sendAll(rl, step.calls, step.deadline);
+        step = pending.resume(answers, nowUs());
       }
     }
-    for (const r of ctx.rules) {
-      if (!r.rule.semaphore) continue;
-      live2();
-      const holder = hex(8);
-      state.holders.push({ r, holder });
-      state.calls += 1;
-      const lease = await state.rl.acquire({ key: r.key, capacity: r.rule.concurrency, lease: r.rule.leaseMs, holder }, { cancel: state });
-      const outcome = {
-        remaining: Math.max(0, r.rule.concurrency - lease.in_flight),
-        resetAfterMs: 0,
-        retryAfterMs: lease.acquired ? null : lease.retry_after_ms
-      };
-      if (r.rule.shadow) {
-        if (!lease.acquired) {
-          state.holders.pop();
-          record(r.rule, "shadow_refuse");
-        }
-        continue;
-      }
-      if (!lease.acquired) {
-        state.holders.pop();
-        return refuse(r, lease.retry_after_ms, semaphoreSpec(r.rule), outcome);
-      }
-      state.answered.push([r, semaphoreSpec(r.rule), outcome]);
-    }
-    const reservationId = headerValue(ctx.req.headers["idempotency-key"]) || hex(16);
-    for (const r of ctx.rules) {
-      if (!inMulti(r.rule) || !r.rule.settle) continue;
-      live2();
-      state.calls += 1;
-      const d = await state.rl.admit({ ...this.rateRequest(r), reserve: { id: reservationId } }, { cancel: state });
-      if (!d.allowed) {
-        this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
-        return refuse(r, d.retry_after_ms, rateSpec(r.rule), outcomeOf(d));
-      }
-      state.reservations.push({ r, id: reservationId });
-      state.answered.push([r, rateSpec(r.rule), outcomeOf(d)]);
-    }
-    const multi2 = ctx.rules.filter((r) => inMulti(r.rule) && !r.rule.settle);
-    if (multi2.length) {
-      live2();
-      state.calls += 1;
-      const d = await state.rl.multi({ rules: multi2.map((r) => ({ name: r.rule.name, ...this.rateRequest(r) })) }, { cancel: state });
-      const at = state.answered.length;
-      multi2.forEach((r, i) => {
-        const refusing = d.denied_by === r.rule.name;
-        state.answered.push([r, rateSpec(r.rule), {
-          remaining: d.rules[i].remaining,
-          resetAfterMs: d.rules[i].reset_after_ms,
-          retryAfterMs: refusing ? d.retry_after_ms : null
-        }]);
-      });
-      if (!d.allowed) {
-        const r = multi2.find((x) => x.rule.name === d.denied_by) ?? multi2[0];
-        record(r.rule, "refuse");
-        this.cache.refused(r.rule.name, r.key, r.rule.cost, d.retry_after_ms, ctx.policy.negativeCache.maxMs);
-        state.answered = state.answered.slice(0, at + multi2.length);
-        return { allowed: false, refusing: [r], retryMs: d.retry_after_ms };
-      }
-    }
-    for (const r of ctx.rules) {
-      if (r.rule.semaphore || !r.rule.shadow) continue;
-      live2();
-      state.calls += 1;
-      const d = await state.rl.admit(this.rateRequest(r), { cancel: state });
-      if (!d.allowed) record(r.rule, "shadow_refuse");
-    }
-    return { allowed: true };
+    const verdict = step.verdict;
+    if (verdict.background.length) sendEach(rl, verdict.background);
+    this.log(verdict.log);
+    this.events();
+    if (verdict.route === void 0) return null;
+    if (verdict.status !== void 0) return { status: verdict.status, headers: verdict.headers, body: verdict.problem };
+    return held({ status: 200, headers: verdict.headers }, rl, pending.holdings(), started);
   }
-  rateRequest(r) {
-    const rule = r.rule;
-    return {
-      key: r.key,
-      limit: rule.limit,
-      period: rule.periodMs,
-      burst: rule.burst,
-      cost: rule.cost === 1 ? void 0 : rule.cost,
-      algo: rule.algo === "gcra" ? void 0 : rule.algo
-    };
-  }
-  // Takes the rule's cost from its chunk, refilling it (one refill in flight per key): true, or
-  // the RL.GRANT reply that granted less than the cost.
-  async takeGrant(r, state, live2) {
-    const id = `${r.rule.name}\0${r.key}`;
-    const cost = r.rule.cost;
-    for (; ; ) {
-      let chunk = this.chunks.get(id);
-      if (chunk?.refill) {
-        await chunk.refill;
-        continue;
-      }
-      if (chunk && chunk.expires > this.now() && chunk.tokens >= cost) {
-        chunk.tokens -= cost;
-        state.taken.push({ chunk, cost });
-        return true;
-      }
-      live2();
-      state.calls += 1;
-      chunk = { tokens: 0, expires: 0, refill: null };
-      this.chunks.set(id, chunk);
-      const want = Math.max(r.rule.grant.want, cost);
-      let reply;
-      chunk.refill = (async () => {
-        try {
-          this.metrics.grantRefill(r.rule.name);
-          reply = await this.rl.grant({
-            key: r.key,
-            limit: r.rule.limit,
-            period: r.rule.periodMs,
-            burst: r.rule.burst,
-            algo: r.rule.algo === "gcra" ? void 0 : r.rule.algo,
-            want,
-            ttl: r.rule.grant.ttlMs
-          });
-          chunk.tokens = reply.granted;
-          chunk.expires = this.now() + reply.valid_ms;
-        } finally {
-          chunk.refill = null;
-        }
-      })();
-      try {
-        await chunk.refill;
-      } catch (err) {
-        this.chunks.delete(id);
-        throw err;
-      }
-      if (reply.granted < cost) return reply;
-      chunk.tokens -= cost;
-      state.taken.push({ chunk, cost });
-      return true;
+  // Decision records; never a key or an identity.
+  log(records) {
+    for (const r of records) {
+      const entry = { route: r.route, rule: r.rule, policy_version: r.policyVersion, outcome: r.outcome };
+      if (r.level === "warn") this.logger.warn?.(r.message, entry);
+      else this.logger.info?.(r.message, entry);
     }
-  }
-  // Tokens go back to the chunk they came from only, not to a refilled one.
-  giveBack(state) {
-    for (const t of state.taken) t.chunk.tokens += t.cost;
-    state.taken = [];
-  }
-  releaseAll(state) {
-    const holders = state.holders;
-    state.holders = [];
-    for (const { r, holder } of holders) {
-      state.rl.execute(release(r.key, holder), { timeout: RELEASE_DEADLINE_MS }).catch(() => {
-      });
-    }
-  }
-  async refundAll(state) {
-    const reservations = state.reservations;
-    state.reservations = [];
-    await Promise.all(reservations.map(({ r, id }) => state.rl.settle(r.key, id, 0).catch(() => {
-    })));
-  }
-  // WAIT 1 once per cluster slot of the durable rules that wrote, on the durable connections.
-  async waitDurable(ctx, state) {
-    const bySlot = /* @__PURE__ */ new Map();
-    for (const r of ctx.rules) {
-      if (!r.rule.durable || r.rule.grant && !r.rule.semaphore) continue;
-      const slot = keySlot(r.key);
-      if (!bySlot.has(slot)) bySlot.set(slot, []);
-      bySlot.get(slot).push(r);
-    }
-    const timeout = ctx.policy.store.timeoutMs;
-    await Promise.all([...bySlot.values()].map(async (rules) => {
-      let acked = 0;
-      try {
-        acked = await withDeadline(state.rl.adapter.send("WAIT", ["1", String(timeout)], rules[0].key), 2 * timeout);
-      } catch {
-        acked = 0;
-      }
-      if (!(Number(acked) >= 1)) for (const r of rules) this.record(ctx, r.rule, "unreplicated_admit");
-    }));
-  }
-  // ---- Answers ----
-  visible(ctx, r) {
-    return !r.rule.shadow && (r.rule.public || ctx.showPrivate);
-  }
-  // Calls run semaphores first, then settle rules, then RL.MULTI; headers follow route order.
-  fields(ctx, answered) {
-    const pairs = answered.filter(([r]) => this.visible(ctx, r)).sort(([a], [b]) => ctx.rules.indexOf(a) - ctx.rules.indexOf(b)).map(([, spec, outcome]) => [spec, outcome]);
-    return render(pairs, this.legacy);
-  }
-  refusal(ctx, answered, violated, retryMs) {
-    const seconds = Math.max(1, retryAfterSeconds(retryMs, ctx.policy.retryAfterJitter, this.random()));
-    const order = ctx.route.rules.map((r) => r.name);
-    violated = [...new Set(violated)].sort((a, b) => order.indexOf(a) - order.indexOf(b));
-    return {
-      status: 429,
-      headers: [...this.fields(ctx, answered), ["Retry-After", String(seconds)], ["Content-Type", PROBLEM_TYPE]],
-      body: tooManyRequests(violated, seconds)
-    };
-  }
-  posture(ctx) {
-    const route = ctx.route;
-    const mode = route.onStoreError;
-    if (mode.mode === "deny") {
-      for (const r of ctx.rules) if (!r.rule.shadow) this.record(ctx, r.rule, "unavailable_deny");
-      const seconds = Math.max(1, retryAfterSeconds(ctx.policy.store.openMs, ctx.policy.retryAfterJitter, this.random()));
-      return {
-        status: 503,
-        headers: [["Retry-After", String(seconds)], ["Content-Type", PROBLEM_TYPE]],
-        body: unavailable2(seconds)
-      };
-    }
-    if (mode.mode === "allow") {
-      for (const r of ctx.rules) if (!r.rule.shadow) this.record(ctx, r.rule, "open_admit");
-      return { status: 200, headers: [] };
-    }
-    const first = ctx.rules[0];
-    const cost = first.rule.semaphore ? 1 : first.rule.cost;
-    const d = this.fallback.decide(route.name, first.key, mode, cost);
-    const spec = { name: first.rule.name, limit: mode.limit, periodMs: mode.periodMs, capacity: mode.capacity };
-    const answered = [[first, spec, outcomeOf(d)]];
-    if (!d.allowed) {
-      this.record(ctx, first.rule, "fallback_refuse");
-      return this.refusal(ctx, answered, [first.rule.name], d.retry_after_ms);
-    }
-    this.record(ctx, first.rule, "fallback_admit");
-    return { status: 200, headers: this.fields(ctx, answered) };
-  }
-  admission(ctx, state) {
-    const leases = state.holders;
-    const reservations = state.reservations;
-    let renewTimer = null;
-    if (leases.length) {
-      const every = Math.min(...leases.map(({ r }) => r.rule.leaseMs)) / 3;
-      renewTimer = setInterval(() => {
-        for (const { r, holder } of leases) state.rl.renew(r.key, holder, r.rule.leaseMs).catch(() => {
-        });
-      }, every);
-      renewTimer.unref?.();
-    }
-    const decision = { status: 200, headers: this.fields(ctx, state.answered) };
-    if (reservations.length) {
-      let finished = false;
-      decision.finish = async ({ actualCost } = {}) => {
-        if (finished) return;
-        finished = true;
-        const actual = parseActual(actualCost);
-        if (actual === null) return;
-        await Promise.all(reservations.map(({ r, id }) => state.rl.settle(r.key, id, actual).catch(() => {
-        })));
-      };
-    }
-    if (leases.length) {
-      let ended = false;
-      decision.done = () => {
-        if (ended) return;
-        ended = true;
-        clearInterval(renewTimer);
-        this.releaseAll({ rl: state.rl, holders: leases });
-      };
-    }
-    return decision;
   }
 };
-function headerValue(v) {
-  const s = Array.isArray(v) ? v[0] : v;
-  return s ? String(s) : null;
-}
-function parseActual(v) {
-  const s = headerValue(v);
-  if (s === null || !/^[0-9]+$/.test(s.trim())) return null;
-  const n = Number(s.trim());
-  return Number.isSafeInteger(n) ? n : null;
+function held(decision, rl, holdings, started) {
+  if (holdings.isEmpty()) return decision;
+  const every = holdings.renewEveryMs();
+  const timer = every ? setInterval(() => sendEach(rl, holdings.tick(started, nowUs())), every) : null;
+  timer?.unref?.();
+  let settled = false;
+  decision.finish = async ({ actualCost } = {}) => {
+    if (settled) return;
+    settled = true;
+    const actual = Array.isArray(actualCost) ? actualCost[0] : actualCost;
+    await sendEach(rl, holdings.settle(actual === void 0 || actual === null ? null : String(actual)));
+  };
+  let ended = false;
+  decision.done = () => {
+    if (ended) return;
+    ended = true;
+    clearInterval(timer);
+    sendEach(rl, holdings.release());
+  };
+  return decision;
 }
 
 // src/gateway/express.js
+var PROBLEM_TYPE = "application/problem+json";
 function put(res, name, value) {
   if (name.startsWith("RateLimit") && res.appendHeader) res.appendHeader(name, value);
   else res.setHeader(name, value);
 }
-function send(res, decision) {
+function send2(res, decision) {
   res.statusCode = decision.status;
+  res.setHeader("Content-Type", PROBLEM_TYPE);
   for (const [k, v] of decision.headers) put(res, k, v);
-  res.end(JSON.stringify(decision.body));
+  res.end(decision.body);
 }
 function settleBeforeSending(res, decision) {
   const write = res.write.bind(res);
@@ -2164,7 +1323,7 @@ function expressMiddleware(gateway) {
       return;
     }
     if (decision.status !== 200) {
-      send(res, decision);
+      send2(res, decision);
       return;
     }
     for (const [k, v] of decision.headers) put(res, k, v);
@@ -2178,6 +1337,7 @@ function expressMiddleware(gateway) {
 }
 
 // src/gateway/fastify.js
+var PROBLEM_TYPE2 = "application/problem+json";
 var DECISION = /* @__PURE__ */ Symbol("redis-rl decision");
 function fastifyPlugin(gateway) {
   const plugin = async function redisRl(fastify) {
@@ -2191,7 +1351,7 @@ function fastifyPlugin(gateway) {
       if (!decision) return;
       if (decision.status !== 200) {
         for (const [k, v] of decision.headers) reply.header(k, v);
-        reply.code(decision.status).type(PROBLEM_TYPE).send(JSON.stringify(decision.body));
+        reply.code(decision.status).type(PROBLEM_TYPE2).send(decision.body);
         return reply;
       }
       for (const [k, v] of decision.headers) reply.header(k, v);
@@ -2231,7 +1391,7 @@ async function fetchWithRetry(input, init = {}, options = {}) {
     capMs = 1e4,
     fetch: doFetch = globalThis.fetch,
     random = Math.random,
-    sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+    sleep: sleep2 = (ms) => new Promise((r) => setTimeout(r, ms))
   } = options;
   const method = String(init.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
   const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : void 0));
@@ -2256,15 +1416,26 @@ async function fetchWithRetry(input, init = {}, options = {}) {
     }
     await response?.body?.cancel().catch(() => {
     });
-    await sleep(wait);
+    await sleep2(wait);
   }
   if (last.error) throw last.error;
   return last.response;
 }
+
+// src/gateway/memory.js
+var MemoryStore = class {
+  constructor() {
+    this.store = new (engine()).MemoryStore();
+  }
+  call(args, nowUs2) {
+    return this.store.call(args.map(String), nowUs2);
+  }
+};
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
   ALGOS,
   Gateway,
+  MemoryStore,
   PolicyError,
   PolicyStore,
   RL,

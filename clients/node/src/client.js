@@ -12,7 +12,7 @@ import { refused, RLError } from './errors.js';
 // src/ in the ESM package, dist/ in the CommonJS build, both one level down. A packed package
 // carries its copy of the script (prepack); installed from the repository's directory, it
 // reads the repository's own clients/scripts/rl.lua.
-const PACKAGE_ROOT = join(typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url)), '..');
+export const PACKAGE_ROOT = join(typeof __dirname === 'string' ? __dirname : dirname(fileURLToPath(import.meta.url)), '..');
 export const SCRIPT_PATH = [join(PACKAGE_ROOT, 'rl.lua'), join(PACKAGE_ROOT, '..', 'scripts', 'rl.lua')]
   .find((p) => existsSync(p)) ?? join(PACKAGE_ROOT, 'rl.lua');
 

@@ -7,5 +7,5 @@ export * as headers from './headers.js';
 export { commonSlot, durationArg, keySlot, parseDuration } from './wire.js';
 export { RLStore } from './express-rate-limit.js';
 export { RateLimiterRL, RateLimiterRes } from './rate-limiter-flexible.js';
-export { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, parsePolicy, PolicyError, PolicyStore, retryAfterMs }
-  from './gateway/index.js';
+export { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, parsePolicy, PolicyError, PolicyStore, retryAfterMs,
+  MemoryStore } from './gateway/index.js';

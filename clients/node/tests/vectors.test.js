@@ -1,4 +1,5 @@
-// clients/vectors/*.json (format in clients/SPEC.md section 4) against a real server, on every
+// The command vectors of clients/vectors/ (the files holding a `vectors` array, format in
+// clients/SPEC.md section 4) against a real server, on every
 // client variant: the typed request builds exactly the vector's arguments, sending them replies
 // the vector's raw reply, and the typed call parses it into the vector's decision and renders
 // its headers. Each run uses keys no other run uses.
@@ -11,7 +12,9 @@ import { VARIANTS } from './support/clients.js';
 import { REPO, SCRIPT_MODE, Server } from './support/server.js';
 
 const DIR = join(REPO, 'clients/vectors');
-const FILES = readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();
+// Policies and scenarios live beside them; tests/engine.test.js runs those.
+const FILES = readdirSync(DIR).filter((f) => f.endsWith('.json')).sort()
+  .filter((f) => Array.isArray(JSON.parse(readFileSync(join(DIR, f), 'utf8')).vectors));
 let next = 0;
 const fresh = () => `v${process.pid}-${next++}`;
 

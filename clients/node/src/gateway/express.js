@@ -1,4 +1,6 @@
 // The gateway as express middleware (also plain node:http: `(req, res, next)`).
+const PROBLEM_TYPE = 'application/problem+json';
+
 // RateLimit-Policy and RateLimit are lists: a second limiting layer adds its items to the first's.
 function put(res, name, value) {
   if (name.startsWith('RateLimit') && res.appendHeader) res.appendHeader(name, value);
@@ -7,8 +9,9 @@ function put(res, name, value) {
 
 function send(res, decision) {
   res.statusCode = decision.status;
+  res.setHeader('Content-Type', PROBLEM_TYPE);
   for (const [k, v] of decision.headers) put(res, k, v);
-  res.end(JSON.stringify(decision.body));
+  res.end(decision.body);
 }
 
 // Holds the response's first write until the reservations are settled with its X-Actual-Cost,

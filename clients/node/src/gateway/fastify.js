@@ -1,6 +1,6 @@
 // The gateway as a fastify plugin: an onRequest hook decides, onSend settles before the
 // response is passed on, onResponse (and a dropped connection) releases.
-import { PROBLEM_TYPE } from './problem.js';
+const PROBLEM_TYPE = 'application/problem+json';
 
 const DECISION = Symbol('redis-rl decision');
 
@@ -12,7 +12,7 @@ export function fastifyPlugin(gateway) {
       if (!decision) return;
       if (decision.status !== 200) {
         for (const [k, v] of decision.headers) reply.header(k, v);
-        reply.code(decision.status).type(PROBLEM_TYPE).send(JSON.stringify(decision.body));
+        reply.code(decision.status).type(PROBLEM_TYPE).send(decision.body);
         return reply;
       }
       for (const [k, v] of decision.headers) reply.header(k, v);

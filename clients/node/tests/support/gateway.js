@@ -29,3 +29,9 @@ export const quiet = { info() {}, warn() {}, error() {} };
 let n = 0;
 // A prefix no other test's keys use, for templates.
 export const fresh = () => `g${process.pid}-${n++}`;
+
+// One series of the gateway's Prometheus text, exactly as rendered (0 when absent).
+export function series(gateway, name) {
+  const line = gateway.metrics.render().split('\n').find((l) => l.startsWith(`${name} `));
+  return line ? Number(line.slice(name.length + 1)) : 0;
+}

@@ -1,0 +1,327 @@
+// The executable contract of clients/vectors/ through the addon, as the reference runner
+// clients/engine/tests/vectors.rs runs it: every policy document gives its stated outcome, and
+// every scenario's requests, clock steps and store answers (scripted, or the engine's memory
+// store) give the stated responses, calls, logs, metrics and table sizes. Format:
+// clients/vectors/README.md.
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import { describe, test } from 'node:test';
+import { engine } from '../src/gateway/native.js';
+import { REPO } from './support/server.js';
+
+const DIR = join(REPO, 'clients/vectors');
+const { Engine, MemoryStore } = engine();
+const jsonFiles = (dir) => (existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => join(dir, f)) : []);
+const read = (file) => JSON.parse(readFileSync(file, 'utf8'));
+
+// The clock every scenario starts at: 2026-01-01T00:00:00Z, in microseconds.
+const START_US = 1_767_225_600_000_000;
+const UNITS = { us: 1, ms: 1e3, s: 1e6, m: 60e6, h: 3600e6 };
+
+function durationUs(text) {
+  const m = /^([0-9]+)(us|ms|s|m|h)$/.exec(text);
+  if (!m) throw new Error(`bad duration ${text}`);
+  return Number(m[1]) * UNITS[m[2]];
+}
+
+// `want` matches `got`: equal, or {$range: [lo, hi]} for a number, {$any: true} for anything
+// present, "*" for any string, an object's listed fields only ({$exact: v} for all), an array
+// element by element.
+function matches(want, got, what) {
+  const fail = () => {
+    throw new Error(`${what}: expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
+  };
+  if (want === '*') return;
+  if (Array.isArray(want)) {
+    if (!Array.isArray(got) || got.length !== want.length) fail();
+    want.forEach((w, i) => matches(w, got[i], `${what}[${i}]`));
+    return;
+  }
+  if (want !== null && typeof want === 'object') {
+    if ('$range' in want) {
+      const [lo, hi] = want.$range;
+      if (typeof got !== 'number' || got < lo || got > hi) fail();
+    } else if ('$any' in want) {
+      if (got === null || got === undefined) fail();
+    } else if ('$exact' in want) {
+      if (!isDeepStrictEqual(want.$exact, got)) fail();
+    } else {
+      if (got === null || typeof got !== 'object' || Array.isArray(got)) fail();
+      for (const [k, v] of Object.entries(want)) matches(v, got[k] ?? null, `${what}.${k}`);
+    }
+    return;
+  }
+  if (want !== got) fail();
+}
+
+// A header value: text (its UTF-8 bytes), {hex} bytes, or {repeat, times}; a list repeats the
+// header.
+function headerValue(v) {
+  if (Array.isArray(v)) return v.map(headerValue);
+  if (typeof v === 'string') return v;
+  if (v.hex !== undefined) return Buffer.from(v.hex, 'hex');
+  return v.repeat.repeat(v.times);
+}
+
+const argsOf = (calls) => calls.map((c) => c.args);
+
+function expectCalls(want, calls) {
+  if (want !== undefined) matches(want, argsOf(calls), 'calls');
+}
+
+// The store's scripted answers for one request (README "The store S").
+class Script {
+  constructor(spec) {
+    this.entries = [];
+    this.restMemory = false;
+    if (spec === undefined || spec === 'memory') this.restMemory = true;
+    else if (Array.isArray(spec)) this.entries = spec;
+    else if (spec && typeof spec === 'object') {
+      this.entries = spec.script ?? [];
+      this.restMemory = spec.rest === 'memory';
+    }
+    this.next = 0;
+    this.made = [];
+    this.deadlines = [];
+  }
+
+  // A {"wait": "1ms"} entry answers a Wait step by moving the clock.
+  wait() {
+    const e = this.entries[this.next];
+    if (e?.wait === undefined) return null;
+    this.next += 1;
+    return durationUs(e.wait);
+  }
+
+  // [answer, advance], or null when the memory store answers.
+  answer(call) {
+    const entry = this.entries[this.next];
+    if (!entry) {
+      if (this.restMemory) return null;
+      throw new Error(`unscripted call ${JSON.stringify(call.args)}`);
+    }
+    this.next += 1;
+    if (entry.call !== undefined && entry.call !== '*') matches(entry.call, call.args, 'call');
+    const advance = entry.after ? durationUs(entry.after) : 0;
+    if (entry.memory !== undefined) return [null, advance];
+    if ('reply' in entry) return [{ reply: entry.reply }, advance];
+    if (entry.error !== undefined) return [{ error: entry.error }, advance];
+    if (entry.fail !== undefined) return [{ fail: entry.fail }, advance];
+    throw new Error(`script entry ${JSON.stringify(entry)} gives no answer`);
+  }
+
+  done() {
+    if (this.next < this.entries.length) throw new Error(`scripted store entries left unused, from ${JSON.stringify(this.entries[this.next])}`);
+  }
+}
+
+class Run {
+  constructor(scenario, policies) {
+    const policy = typeof scenario.policy === 'string' ? policies[scenario.policy] : scenario.policy;
+    if (!policy) throw new Error(`no policy named ${scenario.policy}`);
+    const o = scenario.options ?? {};
+    this.engine = new Engine(JSON.stringify(policy), { legacyHeaders: o.legacy_headers ?? false, logSample: o.log_sample ?? 0,
+      seed: o.seed ?? 1 });
+    this.store = new MemoryStore();
+    this.now = START_US;
+    this.pending = new Map();
+    this.leases = new Map();
+  }
+
+  toMemory(calls) {
+    for (const c of calls) this.store.call(c.args, this.now);
+  }
+
+  step(step) {
+    if (step.advance !== undefined) {
+      this.now += durationUs(step.advance);
+    } else if (step.repeat !== undefined) {
+      for (let k = 0; k < step.repeat; k++) {
+        try {
+          this.step(step.do);
+        } catch (err) {
+          throw new Error(`repetition ${k}: ${err.message}`);
+        }
+      }
+    } else if (step.request !== undefined) {
+      this.request(step.request, step);
+    } else if (step.resume !== undefined) {
+      const held = this.take(this.pending, step.resume, 'no such held request');
+      const script = new Script(step.store);
+      const verdict = this.drive(held.pending, held.step, script);
+      script.done();
+      this.checkVerdict(step.expect, verdict, script);
+    } else if (step.drop !== undefined) {
+      expectCalls(step.calls, this.take(this.pending, step.drop, 'no such held request').pending.abandon());
+    } else if (step.finish !== undefined) {
+      const calls = this.take(this.leases, step.finish, 'no lease of that request').holdings.finish(step.actual_cost);
+      expectCalls(step.calls, calls);
+      this.toMemory(calls);
+    } else if (step.tick !== undefined) {
+      const lease = this.leases.get(step.tick);
+      if (!lease) throw new Error('no lease of that request');
+      const calls = lease.holdings.tick(lease.started, this.now);
+      expectCalls(step.calls, calls);
+      this.toMemory(calls);
+    } else if (step.reload !== undefined) {
+      let refused = null;
+      try {
+        this.engine.reload(JSON.stringify(step.reload));
+      } catch (err) {
+        refused = err.message;
+      }
+      if (refused !== (step.error ?? null)) throw new Error(`reload: expected ${step.error ?? 'acceptance'}, got ${refused ?? 'acceptance'}`);
+    } else if (step.metrics !== undefined) {
+      this.checkMetrics(step.metrics);
+    } else if (step.tables !== undefined) {
+      const t = this.engine.tableSizes();
+      matches(step.tables, { negative_cache: t.negativeCache, chunks: t.chunks, fallback: t.fallback }, 'tables');
+    } else {
+      throw new Error(`unknown step ${JSON.stringify(step)}`);
+    }
+  }
+
+  take(map, id, missing) {
+    const v = map.get(id);
+    if (!v) throw new Error(missing);
+    map.delete(id);
+    return v;
+  }
+
+  request(r, step) {
+    const started = this.now;
+    const pending = this.engine.begin({ method: r.method ?? 'GET', path: r.path, headers: Object.fromEntries(Object.entries(r.headers ?? {}).map(([k, v]) => [k, headerValue(v)])),
+      peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined }, this.now);
+    const first = pending.first();
+    if (step.hold !== undefined) {
+      // Held after its first step, unanswered: the next requests run beside it.
+      if (step.step !== undefined) matches(step.step, stepJson(first), 'step');
+      this.pending.set(step.hold, { pending, step: first });
+      return;
+    }
+    const script = new Script(step.store);
+    const verdict = this.drive(pending, first, script);
+    script.done();
+    this.checkVerdict(step.expect, verdict, script);
+    if (step.id !== undefined) this.leases.set(step.id, { holdings: pending.holdings(), started });
+  }
+
+  // Answers each step from the script, or from the memory store where the script allows.
+  drive(pending, first, script) {
+    let step = first;
+    for (let i = 0; i < 64; i++) {
+      if (step.kind === 'done') {
+        this.toMemory(step.verdict.background);
+        return step.verdict;
+      }
+      if (step.kind === 'wait') {
+        const advance = script.wait();
+        this.now = advance === null ? step.until : this.now + advance;
+        step = pending.resume([], this.now);
+        continue;
+      }
+      script.deadlines.push(step.deadline - this.now);
+      const answers = step.calls.map((call) => {
+        script.made.push(call.args);
+        const scripted = script.answer(call);
+        if (scripted) this.now += scripted[1];
+        return scripted?.[0] ?? { reply: this.store.call(call.args, this.now) };
+      });
+      step = pending.resume(answers, this.now);
+    }
+    throw new Error('more than 64 steps for one request');
+  }
+
+  checkVerdict(want, v, script) {
+    if (!want) return;
+    if ('status' in want) matches(want.status, v.status ?? 200, 'status');
+    if ('outcome' in want) matches(want.outcome, v.outcome ?? null, 'outcome');
+    if ('kind' in want) matches(want.kind, v.kind, 'kind');
+    if ('route' in want) matches(want.route, v.route ?? null, 'route');
+    if (want.headers) {
+      const got = Object.fromEntries(v.headers);
+      for (const [name, value] of Object.entries(want.headers)) {
+        if (value === null) {
+          if (name in got) throw new Error(`header ${name} is ${got[name]}, expected none`);
+        } else if (!(name in got)) {
+          throw new Error(`no header ${name}; headers ${JSON.stringify(v.headers)}`);
+        } else {
+          // Retry-After is a number of seconds: a range compares it as one.
+          const g = typeof value === 'object' && /^[0-9]+$/.test(got[name]) ? Number(got[name]) : got[name];
+          matches(value, g, `header ${name}`);
+        }
+      }
+    }
+    if (want.no_rate_headers === true) {
+      const found = v.headers.find(([k]) => k.startsWith('RateLimit'));
+      if (found) throw new Error(`unexpected header ${found[0]}`);
+    }
+    if ('problem' in want) matches(want.problem, v.problem ? JSON.parse(v.problem) : null, 'problem');
+    if ('calls' in want) matches(want.calls, script.made, 'calls');
+    if ('deadlines_ms' in want) matches(want.deadlines_ms, script.deadlines.map((us) => Math.floor(us / 1000)), 'deadlines_ms');
+    if ('background' in want) expectCalls(want.background, v.background);
+    if ('log' in want) matches(want.log, v.log.map((r) => ({ rule: r.rule, outcome: r.outcome, level: r.level })), 'log');
+  }
+
+  checkMetrics(want) {
+    const text = this.engine.metrics();
+    for (const [series, value] of Object.entries(want)) {
+      const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+      if (value === null) {
+        if (line) throw new Error(`${series} is ${line}, expected none`);
+      } else if (!line) {
+        throw new Error(`no series ${series} in\n${text}`);
+      } else {
+        matches(value, Number(line.slice(series.length + 1)), series);
+      }
+    }
+  }
+}
+
+function stepJson(step) {
+  if (step.kind === 'done') return { done: step.verdict.status ?? 200 };
+  if (step.kind === 'wait') return 'wait';
+  return { calls: argsOf(step.calls) };
+}
+
+describe('policy vectors', () => {
+  const files = [...jsonFiles(join(DIR, 'policies')), join(DIR, 'policies.json')].filter(existsSync);
+  test('there are policy vectors', () => assert.ok(files.length > 0));
+  for (const file of files) {
+    for (const c of read(file).policies) {
+      test(`${file.slice(DIR.length + 1)}: ${c.name}`, () => {
+        // `text` gives the document's exact bytes, for messages that cite a position.
+        const doc = c.text ?? JSON.stringify(c.policy);
+        let refused = null;
+        try {
+          new Engine(doc);
+        } catch (err) {
+          refused = err.message;
+        }
+        assert.equal(refused, c.error);
+      });
+    }
+  }
+});
+
+describe('scenarios', () => {
+  const files = jsonFiles(join(DIR, 'scenarios'));
+  test('there are scenarios', () => assert.ok(files.length > 0));
+  for (const file of files) {
+    const doc = read(file);
+    for (const scenario of doc.scenarios) {
+      test(`${file.slice(DIR.length + 1)}: ${scenario.name}`, () => {
+        const run = new Run(scenario, doc.policies ?? {});
+        scenario.steps.forEach((step, i) => {
+          try {
+            run.step(step);
+          } catch (err) {
+            throw new Error(`step ${i}: ${err.message}`);
+          }
+        });
+      });
+    }
+  }
+});

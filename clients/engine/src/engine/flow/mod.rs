@@ -4,20 +4,22 @@
 //! `settle` rules (`RL.ADMIT ... RESERVE id`), one `RL.MULTI` for the other rate rules, the
 //! shadow rules, and after an admission the `WAIT` of `durable` rules.
 
+mod answers;
+mod calls;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::verdict::{Ctx, Keyed, Outcomes};
-use super::{lock, Answer, Call, Chunk, Request, Shared, Step, IDEMPOTENCY_KEY};
+use super::{lock, Answer, Call, Request, Shared, Step, IDEMPOTENCY_KEY};
 use crate::breaker::{Pass, Ticket};
-use crate::headers::HeaderOutcome;
 use crate::identity::client_ip;
 use crate::metrics::{CallResult, Event};
-use crate::policy::{RequestIdentity, RuleKind};
+use crate::policy::RequestIdentity;
 use crate::time::Instant;
-use crate::wire::command::{self, Acquire, Admit, Grant, Multi, MultiRule};
-use crate::wire::{reply, slot, Error, Reply};
+use crate::wire::command;
+use crate::wire::{Error, Reply};
 
 /// The longest identity value (`user`, `tenant`) a request may carry, in bytes: longer ones
 /// are answered 431.
@@ -322,288 +324,6 @@ impl Pending {
         }
     }
 
-    /// A grant rule's turn: spend from its live chunk, or refill it, or wait for the refill
-    /// another request has in flight. `None` when nothing needs the store.
-    fn grant(&mut self, index: usize, now: Instant) -> Option<Step> {
-        let ctx = self.ctx.as_ref()?;
-        let k = ctx.keyed.get(index)?;
-        let RuleKind::Rate(rate) = &k.rule.kind else {
-            return None;
-        };
-        let grant = rate.grant.filter(|_| !k.rule.shadow)?;
-        let slot = format!("{}:{}{}", k.rule.name.len(), k.rule.name, k.key);
-        let mut chunks = lock(&self.shared.chunks);
-        let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
-        let live = chunk.until.is_some_and(|until| now < until);
-        if live && chunk.tokens >= rate.cost {
-            chunk.tokens -= rate.cost;
-            self.taken.push(Taken {
-                slot,
-                generation: chunk.generation,
-                cost: rate.cost,
-            });
-            return None;
-        }
-        // A refill in flight is waited for, unless it is older than any answer can be.
-        let stale = self.shared.timeout(&ctx.policy).saturating_mul(2);
-        if let Some(since) = chunk.refilling.filter(|s| now.duration_since(*s) < stale) {
-            let _ = since;
-            if now >= self.deadline {
-                drop(chunks);
-                return Some(self.failed(CallResult::Timeout, now));
-            }
-            let until = now
-                .saturating_add(Duration::from_millis(1))
-                .min(self.deadline);
-            // Come back to this rule.
-            self.phase = Phase::Grant(index);
-            return Some(Step::Wait { until });
-        }
-        chunk.refilling = Some(now);
-        drop(chunks);
-        let mut request = Grant::new(
-            k.key.as_bytes(),
-            rate.rule.limit(),
-            Duration::from_micros(rate.rule.period_us()),
-            grant.want.max(rate.cost),
-        )
-        .algo(rate.algo)
-        .ttl(grant.ttl);
-        if rate.burst_given {
-            request = request.burst(rate.rule.burst());
-        }
-        let call = match request.args() {
-            Ok(args) => Call {
-                args,
-                key: k.key.clone().into_bytes(),
-            },
-            Err(e) => return Some(self.broken(e, now)),
-        };
-        self.shared
-            .metrics
-            .record(Event::GrantRefill { rule: &k.rule.name });
-        self.expect.push(Expect::Grant { index, slot });
-        // After the refill this same rule spends from the new chunk.
-        self.phase = Phase::Grant(index + 1);
-        Some(self.ask(vec![call]))
-    }
-
-    fn acquire(&mut self, index: usize) -> Option<Call> {
-        let ctx = self.ctx.as_ref()?;
-        let k = ctx.keyed.get(index)?;
-        let RuleKind::Semaphore(sem) = &k.rule.kind else {
-            return None;
-        };
-        // The holder is chosen here and the slot counted as held before the reply, so one
-        // whose reply is lost (a missed deadline) is released with the request's others
-        // instead of staying taken until its lease ends.
-        let key = k.store_key().into_bytes();
-        let holder = format!("{:016x}", self.shared.rng.u64()).into_bytes();
-        self.held.push(Held {
-            key: key.clone(),
-            holder: holder.clone(),
-            lease: sem.lease,
-        });
-        let args = Acquire::new(key.clone(), sem.concurrency, sem.lease)
-            .holder(holder)
-            .args()
-            .ok()?;
-        self.expect.push(Expect::Acquire { index });
-        Some(Call { args, key })
-    }
-
-    fn reserve(&mut self, index: usize) -> Option<Call> {
-        let ctx = self.ctx.as_ref()?;
-        let k = ctx.keyed.get(index)?;
-        let RuleKind::Rate(rate) = &k.rule.kind else {
-            return None;
-        };
-        if !k.settles() {
-            return None;
-        }
-        if self.id.is_empty() {
-            let rng = &self.shared.rng;
-            self.id = format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes();
-        }
-        let args = admit_of(k.key.as_bytes(), rate)
-            .reserve(self.id.clone(), None)
-            .args()
-            .ok()?;
-        self.expect.push(Expect::Reserve { index });
-        Some(Call {
-            args,
-            key: k.key.clone().into_bytes(),
-        })
-    }
-
-    fn multi(&mut self) -> Option<Call> {
-        let ctx = self.ctx.as_ref()?;
-        let mut names = HashMap::new();
-        let mut rules = Vec::new();
-        for (i, k) in ctx.keyed.iter().enumerate() {
-            let RuleKind::Rate(rate) = &k.rule.kind else {
-                continue;
-            };
-            if !k.rule.in_multi() || k.settles() {
-                continue;
-            }
-            let mut rule = MultiRule::new(
-                k.rule.name.clone(),
-                k.key.as_bytes(),
-                rate.rule.limit(),
-                Duration::from_micros(rate.rule.period_us()),
-            )
-            .algo(rate.algo)
-            .cost(rate.cost);
-            if rate.burst_given {
-                rule = rule.burst(rate.rule.burst());
-            }
-            names.insert(k.rule.name.clone(), i);
-            rules.push(rule);
-        }
-        let key = rules.first()?.key.clone();
-        let args = Multi::new(rules).args().ok()?;
-        self.expect.push(Expect::Multi { names });
-        Some(Call { args, key })
-    }
-
-    /// Shadow rate rules, on their own namespace, all at once: none of them can refuse.
-    fn shadows(&mut self) -> Vec<Call> {
-        let Some(ctx) = self.ctx.as_ref() else {
-            return Vec::new();
-        };
-        let mut calls = Vec::new();
-        for (i, k) in ctx.keyed.iter().enumerate() {
-            let RuleKind::Rate(rate) = &k.rule.kind else {
-                continue;
-            };
-            if !k.rule.shadow {
-                continue;
-            }
-            let key = k.store_key().into_bytes();
-            if let Ok(args) = admit_of(key.clone(), rate).args() {
-                calls.push(Call { args, key });
-                self.expect.push(Expect::Shadow { index: i });
-            }
-        }
-        calls
-    }
-
-    fn take_reply(
-        &mut self,
-        expect: Expect,
-        reply: Result<Reply, Error>,
-        now: Instant,
-    ) -> Result<(), Error> {
-        let reply = reply?;
-        let Some(ctx) = self.ctx.as_ref() else {
-            return Ok(());
-        };
-        match expect {
-            Expect::Grant { index, slot } => {
-                let granted = reply::grant(&reply);
-                let cost = ctx.rule_cost(index);
-                let mut chunks = lock(&self.shared.chunks);
-                let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
-                chunk.refilling = None;
-                let granted = granted?;
-                // The chunk lapses `valid_ms` after its reply arrived; unspent tokens lapse
-                // with it.
-                chunk.tokens = granted.granted;
-                chunk.until = now.checked_add(Duration::from_millis(granted.valid_ms));
-                chunk.generation = chunk.generation.wrapping_add(1);
-                if chunk.tokens < cost {
-                    let wait = granted.retry_after_ms.max(1);
-                    self.answer.refused.push((index, wait));
-                    self.answer
-                        .outcomes
-                        .push((index, HeaderOutcome::refused(wait)));
-                } else {
-                    chunk.tokens -= cost;
-                    self.taken.push(Taken {
-                        slot,
-                        generation: chunk.generation,
-                        cost,
-                    });
-                }
-            }
-            Expect::Acquire { index } => {
-                let lease = reply::lease(&reply)?;
-                let Some(k) = ctx.keyed.get(index) else {
-                    return Ok(());
-                };
-                let RuleKind::Semaphore(sem) = &k.rule.kind else {
-                    return Ok(());
-                };
-                let outcome = |retry| HeaderOutcome {
-                    remaining: sem.concurrency.saturating_sub(lease.in_flight),
-                    reset_after_ms: 0,
-                    retry_after_ms: retry,
-                };
-                if !lease.acquired {
-                    self.held.pop();
-                    if k.rule.shadow {
-                        self.answer.shadow_refused.push(index);
-                    } else {
-                        let retry = lease.retry_after_ms;
-                        self.answer.outcomes.push((index, outcome(Some(retry))));
-                        self.answer.refused.push((index, retry));
-                    }
-                } else if !k.rule.shadow {
-                    self.answer.outcomes.push((index, outcome(None)));
-                }
-            }
-            Expect::Reserve { index } => {
-                let decided = reply::decision(&reply)?;
-                self.answer
-                    .outcomes
-                    .push((index, HeaderOutcome::of(&decided)));
-                if decided.allowed {
-                    if let Some(k) = ctx.keyed.get(index) {
-                        self.reserved.push(Reserved {
-                            key: k.key.clone().into_bytes(),
-                            id: self.id.clone(),
-                        });
-                    }
-                } else {
-                    self.answer.refused.push((index, decided.retry_after_ms));
-                }
-            }
-            Expect::Multi { names } => {
-                let decided = reply::multi_decision(&reply)?;
-                for rule in &decided.rules {
-                    if let Some(i) = names.get(&rule.name) {
-                        let refusing = decided.denied_by.as_deref() == Some(rule.name.as_str());
-                        self.answer.outcomes.push((
-                            *i,
-                            HeaderOutcome {
-                                remaining: rule.remaining,
-                                reset_after_ms: rule.reset_after_ms,
-                                retry_after_ms: refusing.then_some(decided.retry_after_ms),
-                            },
-                        ));
-                    }
-                }
-                if !decided.allowed {
-                    let by = decided.denied_by.as_ref().and_then(|name| names.get(name));
-                    // A refusal without a known rule is still a refusal: pin it on the first.
-                    let i = by.copied().or_else(|| names.values().min().copied());
-                    self.answer
-                        .refused
-                        .push((i.unwrap_or_default(), decided.retry_after_ms));
-                }
-            }
-            Expect::Shadow { index } => {
-                let decided = reply::decision(&reply)?;
-                if !decided.allowed {
-                    self.answer.shadow_refused.push(index);
-                }
-            }
-            Expect::Wait { .. } => {}
-        }
-        Ok(())
-    }
-
     /// A refill that ended without a reply frees the chunk for the next request to refill.
     fn refill_ended(&self, expect: &Expect) {
         if let Expect::Grant { slot, .. } = expect {
@@ -704,68 +424,6 @@ impl Pending {
         Step::Done(verdict)
     }
 
-    /// `WAIT 1 <timeout>` once per cluster slot of the durable rules that wrote (a grant rule
-    /// spent locally wrote nothing), under twice `store.timeout`.
-    fn durable_waits(&mut self) -> Option<Step> {
-        let ctx = self.ctx.as_ref()?;
-        let timeout_ms = crate::time::millis(ctx.policy.store.timeout);
-        let mut by_slot: Vec<(u16, Vec<usize>, Vec<u8>)> = Vec::new();
-        for (i, k) in ctx.keyed.iter().enumerate() {
-            let granted = matches!(&k.rule.kind, RuleKind::Rate(r) if r.grant.is_some());
-            if !k.rule.durable || k.rule.shadow || granted {
-                continue;
-            }
-            let s = slot(k.key.as_bytes());
-            match by_slot.iter_mut().find(|(x, _, _)| *x == s) {
-                Some((_, indices, _)) => indices.push(i),
-                None => by_slot.push((s, vec![i], k.key.clone().into_bytes())),
-            }
-        }
-        if by_slot.is_empty() {
-            return None;
-        }
-        by_slot.sort_by_key(|(s, _, _)| *s);
-        let mut calls = Vec::new();
-        for (_, indices, key) in by_slot {
-            let mut args = crate::wire::Args::new("WAIT");
-            args.arg(1u64).arg(timeout_ms);
-            calls.push(Call { args, key });
-            self.expect.push(Expect::Wait { indices });
-        }
-        let deadline = self
-            .started
-            .max(self.deadline)
-            .saturating_add(ctx.policy.store.timeout);
-        Some(Step::Calls { calls, deadline })
-    }
-
-    /// The answers to `WAIT`: fewer than one acknowledgement, an error or no answer counts
-    /// `unreplicated_admit`; the admission stands.
-    fn waited(&mut self, expected: Vec<Expect>, answers: Vec<Answer>) -> Step {
-        let mut answers = answers.into_iter();
-        let mut unreplicated = Vec::new();
-        for expect in expected {
-            let acked = matches!(answers.next(), Some(Answer::Reply(Reply::Int(n))) if n >= 1);
-            if let (Expect::Wait { indices }, false) = (expect, acked) {
-                unreplicated.extend(indices);
-            }
-        }
-        let mut log = Vec::new();
-        if let Some(ctx) = self.ctx.as_ref() {
-            for i in unreplicated {
-                self.shared
-                    .count(ctx, i, crate::metrics::Outcome::UnreplicatedAdmit, &mut log);
-            }
-        }
-        match self.admitted() {
-            Step::Done(mut verdict) => {
-                verdict.log.extend(log);
-                Step::Done(verdict)
-            }
-            step => step,
-        }
-    }
-
     fn admitted(&mut self) -> Step {
         self.phase = Phase::Done;
         let answer = std::mem::take(&mut self.answer);
@@ -798,21 +456,5 @@ impl Drop for Pending {
         for expect in std::mem::take(&mut self.expect) {
             self.refill_ended(&expect);
         }
-    }
-}
-
-/// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it.
-fn admit_of(key: impl Into<Vec<u8>>, rate: &crate::policy::RateSpec) -> Admit {
-    let admit = Admit::new(
-        key,
-        rate.rule.limit(),
-        Duration::from_micros(rate.rule.period_us()),
-    )
-    .algo(rate.algo)
-    .cost(rate.cost);
-    if rate.burst_given {
-        admit.burst(rate.rule.burst())
-    } else {
-        admit
     }
 }

@@ -1,0 +1,155 @@
+//! What the store's answers mean for the request: chunks refilled, slots held, reservations
+//! made, refusals, and the replicas' acknowledgements of durable rules.
+
+use std::time::Duration;
+
+use super::{Expect, Pending, Reserved, Taken};
+use crate::engine::{lock, Answer, Chunk, Step};
+use crate::headers::HeaderOutcome;
+use crate::policy::RuleKind;
+use crate::time::Instant;
+use crate::wire::{reply, Error, Reply};
+
+impl Pending {
+    pub(super) fn take_reply(
+        &mut self,
+        expect: Expect,
+        reply: Result<Reply, Error>,
+        now: Instant,
+    ) -> Result<(), Error> {
+        let reply = reply?;
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Ok(());
+        };
+        match expect {
+            Expect::Grant { index, slot } => {
+                let granted = reply::grant(&reply);
+                let cost = ctx.rule_cost(index);
+                let mut chunks = lock(&self.shared.chunks);
+                let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
+                chunk.refilling = None;
+                let granted = granted?;
+                // The chunk lapses `valid_ms` after its reply arrived; unspent tokens lapse
+                // with it.
+                chunk.tokens = granted.granted;
+                chunk.until = now.checked_add(Duration::from_millis(granted.valid_ms));
+                chunk.generation = chunk.generation.wrapping_add(1);
+                if chunk.tokens < cost {
+                    let wait = granted.retry_after_ms.max(1);
+                    self.answer.refused.push((index, wait));
+                    self.answer
+                        .outcomes
+                        .push((index, HeaderOutcome::refused(wait)));
+                } else {
+                    chunk.tokens -= cost;
+                    self.taken.push(Taken {
+                        slot,
+                        generation: chunk.generation,
+                        cost,
+                    });
+                }
+            }
+            Expect::Acquire { index } => {
+                let lease = reply::lease(&reply)?;
+                let Some(k) = ctx.keyed.get(index) else {
+                    return Ok(());
+                };
+                let RuleKind::Semaphore(sem) = &k.rule.kind else {
+                    return Ok(());
+                };
+                let outcome = |retry| HeaderOutcome {
+                    remaining: sem.concurrency.saturating_sub(lease.in_flight),
+                    reset_after_ms: 0,
+                    retry_after_ms: retry,
+                };
+                if !lease.acquired {
+                    self.held.pop();
+                    if k.rule.shadow {
+                        self.answer.shadow_refused.push(index);
+                    } else {
+                        let retry = lease.retry_after_ms;
+                        self.answer.outcomes.push((index, outcome(Some(retry))));
+                        self.answer.refused.push((index, retry));
+                    }
+                } else if !k.rule.shadow {
+                    self.answer.outcomes.push((index, outcome(None)));
+                }
+            }
+            Expect::Reserve { index } => {
+                let decided = reply::decision(&reply)?;
+                self.answer
+                    .outcomes
+                    .push((index, HeaderOutcome::of(&decided)));
+                if decided.allowed {
+                    if let Some(k) = ctx.keyed.get(index) {
+                        self.reserved.push(Reserved {
+                            key: k.key.clone().into_bytes(),
+                            id: self.id.clone(),
+                        });
+                    }
+                } else {
+                    self.answer.refused.push((index, decided.retry_after_ms));
+                }
+            }
+            Expect::Multi { names } => {
+                let decided = reply::multi_decision(&reply)?;
+                for rule in &decided.rules {
+                    if let Some(i) = names.get(&rule.name) {
+                        let refusing = decided.denied_by.as_deref() == Some(rule.name.as_str());
+                        self.answer.outcomes.push((
+                            *i,
+                            HeaderOutcome {
+                                remaining: rule.remaining,
+                                reset_after_ms: rule.reset_after_ms,
+                                retry_after_ms: refusing.then_some(decided.retry_after_ms),
+                            },
+                        ));
+                    }
+                }
+                if !decided.allowed {
+                    let by = decided.denied_by.as_ref().and_then(|name| names.get(name));
+                    // A refusal without a known rule is still a refusal: pin it on the first.
+                    let i = by.copied().or_else(|| names.values().min().copied());
+                    self.answer
+                        .refused
+                        .push((i.unwrap_or_default(), decided.retry_after_ms));
+                }
+            }
+            Expect::Shadow { index } => {
+                let decided = reply::decision(&reply)?;
+                if !decided.allowed {
+                    self.answer.shadow_refused.push(index);
+                }
+            }
+            Expect::Wait { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// The answers to `WAIT`: fewer than one acknowledgement, an error or no answer counts
+    /// `unreplicated_admit`; the admission stands.
+    pub(super) fn waited(&mut self, expected: Vec<Expect>, answers: Vec<Answer>) -> Step {
+        let mut answers = answers.into_iter();
+        let mut unreplicated = Vec::new();
+        for expect in expected {
+            let acked = matches!(answers.next(), Some(Answer::Reply(Reply::Int(n))) if n >= 1);
+            if let (Expect::Wait { indices }, false) = (expect, acked) {
+                unreplicated.extend(indices);
+            }
+        }
+        let mut log = Vec::new();
+        if let Some(ctx) = self.ctx.as_ref() {
+            for i in unreplicated {
+                self.shared
+                    .count(ctx, i, crate::metrics::Outcome::UnreplicatedAdmit, &mut log);
+            }
+        }
+        match self.admitted() {
+            Step::Done(mut verdict) => {
+                verdict.log.extend(log);
+                Step::Done(verdict)
+            }
+            step => step,
+        }
+    }
+}

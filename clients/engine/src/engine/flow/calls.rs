@@ -1,0 +1,232 @@
+//! The calls of each phase: what a rule asks the store, in the module's arguments.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Expect, Held, Pending, Phase, Taken};
+use crate::engine::{lock, Call, Chunk, Step};
+use crate::metrics::{CallResult, Event};
+use crate::policy::RuleKind;
+use crate::time::Instant;
+use crate::wire::command::{Acquire, Admit, Grant, Multi, MultiRule};
+use crate::wire::slot;
+
+impl Pending {
+    /// A grant rule's turn: spend from its live chunk, or refill it, or wait for the refill
+    /// another request has in flight. `None` when nothing needs the store.
+    pub(super) fn grant(&mut self, index: usize, now: Instant) -> Option<Step> {
+        let ctx = self.ctx.as_ref()?;
+        let k = ctx.keyed.get(index)?;
+        let RuleKind::Rate(rate) = &k.rule.kind else {
+            return None;
+        };
+        let grant = rate.grant.filter(|_| !k.rule.shadow)?;
+        let slot = format!("{}:{}{}", k.rule.name.len(), k.rule.name, k.key);
+        let mut chunks = lock(&self.shared.chunks);
+        let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
+        let live = chunk.until.is_some_and(|until| now < until);
+        if live && chunk.tokens >= rate.cost {
+            chunk.tokens -= rate.cost;
+            self.taken.push(Taken {
+                slot,
+                generation: chunk.generation,
+                cost: rate.cost,
+            });
+            return None;
+        }
+        // A refill in flight is waited for, unless it is older than any answer can be.
+        let stale = self.shared.timeout(&ctx.policy).saturating_mul(2);
+        if let Some(since) = chunk.refilling.filter(|s| now.duration_since(*s) < stale) {
+            let _ = since;
+            if now >= self.deadline {
+                drop(chunks);
+                return Some(self.failed(CallResult::Timeout, now));
+            }
+            let until = now
+                .saturating_add(Duration::from_millis(1))
+                .min(self.deadline);
+            // Come back to this rule.
+            self.phase = Phase::Grant(index);
+            return Some(Step::Wait { until });
+        }
+        chunk.refilling = Some(now);
+        drop(chunks);
+        let mut request = Grant::new(
+            k.key.as_bytes(),
+            rate.rule.limit(),
+            Duration::from_micros(rate.rule.period_us()),
+            grant.want.max(rate.cost),
+        )
+        .algo(rate.algo)
+        .ttl(grant.ttl);
+        if rate.burst_given {
+            request = request.burst(rate.rule.burst());
+        }
+        let call = match request.args() {
+            Ok(args) => Call {
+                args,
+                key: k.key.clone().into_bytes(),
+            },
+            Err(e) => return Some(self.broken(e, now)),
+        };
+        self.shared
+            .metrics
+            .record(Event::GrantRefill { rule: &k.rule.name });
+        self.expect.push(Expect::Grant { index, slot });
+        // After the refill this same rule spends from the new chunk.
+        self.phase = Phase::Grant(index + 1);
+        Some(self.ask(vec![call]))
+    }
+
+    pub(super) fn acquire(&mut self, index: usize) -> Option<Call> {
+        let ctx = self.ctx.as_ref()?;
+        let k = ctx.keyed.get(index)?;
+        let RuleKind::Semaphore(sem) = &k.rule.kind else {
+            return None;
+        };
+        // The holder is chosen here and the slot counted as held before the reply, so one
+        // whose reply is lost (a missed deadline) is released with the request's others
+        // instead of staying taken until its lease ends.
+        let key = k.store_key().into_bytes();
+        let holder = format!("{:016x}", self.shared.rng.u64()).into_bytes();
+        self.held.push(Held {
+            key: key.clone(),
+            holder: holder.clone(),
+            lease: sem.lease,
+        });
+        let args = Acquire::new(key.clone(), sem.concurrency, sem.lease)
+            .holder(holder)
+            .args()
+            .ok()?;
+        self.expect.push(Expect::Acquire { index });
+        Some(Call { args, key })
+    }
+
+    pub(super) fn reserve(&mut self, index: usize) -> Option<Call> {
+        let ctx = self.ctx.as_ref()?;
+        let k = ctx.keyed.get(index)?;
+        let RuleKind::Rate(rate) = &k.rule.kind else {
+            return None;
+        };
+        if !k.settles() {
+            return None;
+        }
+        if self.id.is_empty() {
+            let rng = &self.shared.rng;
+            self.id = format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes();
+        }
+        let args = admit_of(k.key.as_bytes(), rate)
+            .reserve(self.id.clone(), None)
+            .args()
+            .ok()?;
+        self.expect.push(Expect::Reserve { index });
+        Some(Call {
+            args,
+            key: k.key.clone().into_bytes(),
+        })
+    }
+
+    pub(super) fn multi(&mut self) -> Option<Call> {
+        let ctx = self.ctx.as_ref()?;
+        let mut names = HashMap::new();
+        let mut rules = Vec::new();
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            let RuleKind::Rate(rate) = &k.rule.kind else {
+                continue;
+            };
+            if !k.rule.in_multi() || k.settles() {
+                continue;
+            }
+            let mut rule = MultiRule::new(
+                k.rule.name.clone(),
+                k.key.as_bytes(),
+                rate.rule.limit(),
+                Duration::from_micros(rate.rule.period_us()),
+            )
+            .algo(rate.algo)
+            .cost(rate.cost);
+            if rate.burst_given {
+                rule = rule.burst(rate.rule.burst());
+            }
+            names.insert(k.rule.name.clone(), i);
+            rules.push(rule);
+        }
+        let key = rules.first()?.key.clone();
+        let args = Multi::new(rules).args().ok()?;
+        self.expect.push(Expect::Multi { names });
+        Some(Call { args, key })
+    }
+
+    /// Shadow rate rules, on their own namespace, all at once: none of them can refuse.
+    pub(super) fn shadows(&mut self) -> Vec<Call> {
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Vec::new();
+        };
+        let mut calls = Vec::new();
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            let RuleKind::Rate(rate) = &k.rule.kind else {
+                continue;
+            };
+            if !k.rule.shadow {
+                continue;
+            }
+            let key = k.store_key().into_bytes();
+            if let Ok(args) = admit_of(key.clone(), rate).args() {
+                calls.push(Call { args, key });
+                self.expect.push(Expect::Shadow { index: i });
+            }
+        }
+        calls
+    }
+
+    /// `WAIT 1 <timeout>` once per cluster slot of the durable rules that wrote (a grant rule
+    /// spent locally wrote nothing), under twice `store.timeout`.
+    pub(super) fn durable_waits(&mut self) -> Option<Step> {
+        let ctx = self.ctx.as_ref()?;
+        let timeout_ms = crate::time::millis(ctx.policy.store.timeout);
+        let mut by_slot: Vec<(u16, Vec<usize>, Vec<u8>)> = Vec::new();
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            let granted = matches!(&k.rule.kind, RuleKind::Rate(r) if r.grant.is_some());
+            if !k.rule.durable || k.rule.shadow || granted {
+                continue;
+            }
+            let s = slot(k.key.as_bytes());
+            match by_slot.iter_mut().find(|(x, _, _)| *x == s) {
+                Some((_, indices, _)) => indices.push(i),
+                None => by_slot.push((s, vec![i], k.key.clone().into_bytes())),
+            }
+        }
+        if by_slot.is_empty() {
+            return None;
+        }
+        by_slot.sort_by_key(|(s, _, _)| *s);
+        let mut calls = Vec::new();
+        for (_, indices, key) in by_slot {
+            let mut args = crate::wire::Args::new("WAIT");
+            args.arg(1u64).arg(timeout_ms);
+            calls.push(Call { args, key });
+            self.expect.push(Expect::Wait { indices });
+        }
+        let deadline = self
+            .started
+            .max(self.deadline)
+            .saturating_add(ctx.policy.store.timeout);
+        Some(Step::Calls { calls, deadline })
+    }
+}
+
+/// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it.
+fn admit_of(key: impl Into<Vec<u8>>, rate: &crate::policy::RateSpec) -> Admit {
+    let admit = Admit::new(
+        key,
+        rate.rule.limit(),
+        Duration::from_micros(rate.rule.period_us()),
+    )
+    .algo(rate.algo)
+    .cost(rate.cost);
+    if rate.burst_given {
+        admit.burst(rate.rule.burst())
+    } else {
+        admit
+    }
+}

@@ -453,7 +453,7 @@ async fn overhead(server: &Server) {
     let run = run_length();
     let plain_rps = throughput(&plain, 32, run).await;
     let gated_rps = throughput(&gated, 32, run).await;
-    println!("\n### Overhead: one axum service, with and without the layer (one rule, RL.ADMIT per request)\n");
+    println!("\n### Overhead: one axum service, with and without the layer (one rule, one RL.MULTI per request)\n");
     println!("| measure | plain axum | with the layer | added |");
     println!("|---|---:|---:|---:|");
     for (name, q) in [("p50 latency (µs)", 0.5), ("p99 latency (µs)", 0.99)] {

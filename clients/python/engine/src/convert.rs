@@ -131,10 +131,18 @@ fn reply(value: &Bound<'_, PyAny>) -> PyResult<Reply> {
         return Ok(Reply::Status(s.to_cow()?.into_owned()));
     }
     if let Ok(list) = value.cast::<PyList>() {
-        return list.iter().map(|v| reply(&v)).collect::<PyResult<_>>().map(Reply::Array);
+        return list
+            .iter()
+            .map(|v| reply(&v))
+            .collect::<PyResult<_>>()
+            .map(Reply::Array);
     }
     if let Ok(tuple) = value.cast::<PyTuple>() {
-        return tuple.iter().map(|v| reply(&v)).collect::<PyResult<_>>().map(Reply::Array);
+        return tuple
+            .iter()
+            .map(|v| reply(&v))
+            .collect::<PyResult<_>>()
+            .map(Reply::Array);
     }
     if let Ok(map) = value.cast::<PyDict>() {
         return map

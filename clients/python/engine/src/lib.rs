@@ -75,7 +75,12 @@ impl Engine {
     /// ids); by default it is drawn from the OS.
     #[new]
     #[pyo3(signature = (policy, *, legacy_headers = false, log_sample = 0.01, seed = None))]
-    fn new(policy: &str, legacy_headers: bool, log_sample: f64, seed: Option<u64>) -> PyResult<Self> {
+    fn new(
+        policy: &str,
+        legacy_headers: bool,
+        log_sample: f64,
+        seed: Option<u64>,
+    ) -> PyResult<Self> {
         let policy = Policy::from_json(policy).map_err(policy_error)?;
         let options = Options {
             legacy_headers,
@@ -310,7 +315,10 @@ struct Verdict {
 
 fn step_to_py(py: Python<'_>, step: rl_engine::Step) -> PyResult<Py<PyAny>> {
     Ok(match step {
-        rl_engine::Step::Calls { calls: cs, deadline } => Py::new(
+        rl_engine::Step::Calls {
+            calls: cs,
+            deadline,
+        } => Py::new(
             py,
             Calls {
                 calls: calls(py, cs)?,
@@ -343,7 +351,14 @@ fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
                 LogLevel::Info => "info",
                 LogLevel::Warn => "warn",
             };
-            (level, r.message, r.route.as_str(), r.rule.as_str(), r.policy_version, r.outcome)
+            (
+                level,
+                r.message,
+                r.route.as_str(),
+                r.rule.as_str(),
+                r.policy_version,
+                r.outcome,
+            )
         }),
     )?;
     let kind = match v.kind {
@@ -360,7 +375,9 @@ fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
         route: v.route,
         policy_version: v.policy_version,
         headers: headers.unbind(),
-        problem: v.problem.map(|p| PyBytes::new(py, p.body.as_bytes()).unbind()),
+        problem: v
+            .problem
+            .map(|p| PyBytes::new(py, p.body.as_bytes()).unbind()),
         background: calls(py, v.background)?,
         log: log.unbind(),
     })

@@ -96,6 +96,17 @@ class RateLimitMiddleware:
         await self._pass(outcome, scope, receive, send)
 
     async def _pass(self, outcome: Outcome, scope, receive, send) -> None:
+        if not outcome.holds:
+            # Nothing to settle or release (most routes): only the headers to add.
+            async def add_headers(message):
+                if message["type"] == "http.response.start":
+                    message = dict(message)
+                    _merge(message, outcome.headers)
+                await send(message)
+
+            await self.app(scope, receive, add_headers)
+            return
+
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 actual = None

@@ -149,6 +149,11 @@ class Outcome:
     def admitted(self) -> bool:
         return self.status is None
 
+    @property
+    def holds(self) -> bool:
+        """Whether the request holds slots or reservations until its response ends."""
+        return not self._holdings.empty
+
     async def _renew(self, every: float, started: int) -> None:
         # A failed renewal leaves the lease to run out; the request goes on.
         while True:

@@ -78,7 +78,9 @@ impl Verdict {
         }
     }
 
-    pub(crate) fn pass(policy_version: u64) -> Verdict {
+    /// The request goes on untouched: no route, no headers (what a driver answers for a
+    /// request it no longer has the state of).
+    pub fn pass(policy_version: u64) -> Verdict {
         Verdict {
             kind: VerdictKind::Admit,
             outcome: None,

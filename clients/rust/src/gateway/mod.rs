@@ -280,17 +280,7 @@ impl<C: RlConnection + 'static> Abandon<'_, C> {
     fn resume(&mut self, engine: &Engine, answers: Vec<Answer>) -> Step {
         match self.pending.as_mut() {
             Some(p) => engine.resume(p, answers, now()),
-            None => Step::Done(Verdict {
-                kind: VerdictKind::Admit,
-                outcome: None,
-                status: None,
-                headers: Vec::new(),
-                problem: None,
-                route: None,
-                policy_version: 0,
-                background: Vec::new(),
-                log: Vec::new(),
-            }),
+            None => Step::Done(Verdict::pass(0)),
         }
     }
 }

@@ -1115,14 +1115,24 @@ function failure(err) {
 async function sendAll(rl, calls, deadline) {
   const answers = [];
   const cancel = { cancelled: false };
+  const answerOf = async (call) => {
+    try {
+      return { reply: wire(await send(rl, call, { cancel })) };
+    } catch (err) {
+      return failure(err);
+    }
+  };
   const sending = (async () => {
+    if (calls[0]?.args[0] === "WAIT") {
+      answers.push(...calls.map(() => ({ fail: "timeout" })));
+      await Promise.all(calls.map(async (call, i) => {
+        const answer = await answerOf(call);
+        if (!cancel.cancelled) answers[i] = answer;
+      }));
+      return;
+    }
     for (const call of calls) {
-      let answer;
-      try {
-        answer = { reply: wire(await send(rl, call, { cancel })) };
-      } catch (err) {
-        answer = failure(err);
-      }
+      const answer = await answerOf(call);
       if (cancel.cancelled) return;
       answers.push(answer);
     }
@@ -1130,7 +1140,7 @@ async function sendAll(rl, calls, deadline) {
   const ms = Math.max(1, (deadline - nowUs()) / 1e3);
   await withDeadline(sending, ms, cancel).catch(() => {
   });
-  return answers;
+  return answers.slice();
 }
 async function sendEach(rl, calls) {
   for (const call of calls) {

@@ -74,21 +74,33 @@ function failure(err) {
 async function sendAll(rl, calls, deadline) {
   const answers = [];
   const cancel = { cancelled: false };
+  const answerOf = async (call) => {
+    try {
+      return { reply: wire(await send(rl, call, { cancel })) };
+    } catch (err) {
+      return failure(err);
+    }
+  };
   const sending = (async () => {
+    // Each WAIT (one per cluster slot of the durable rules) may block its primary's connection
+    // up to its timeout: sent one after the other, the second would miss the deadline.
+    if (calls[0]?.args[0] === 'WAIT') {
+      answers.push(...calls.map(() => ({ fail: 'timeout' })));
+      await Promise.all(calls.map(async (call, i) => {
+        const answer = await answerOf(call);
+        if (!cancel.cancelled) answers[i] = answer;
+      }));
+      return;
+    }
     for (const call of calls) {
-      let answer;
-      try {
-        answer = { reply: wire(await send(rl, call, { cancel })) };
-      } catch (err) {
-        answer = failure(err);
-      }
+      const answer = await answerOf(call);
       if (cancel.cancelled) return;
       answers.push(answer);
     }
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1000);
   await withDeadline(sending, ms, cancel).catch(() => {});
-  return answers;
+  return answers.slice();
 }
 
 // Calls whose replies do not matter, each under its own short deadline.

@@ -3,7 +3,7 @@
 Times are Unix microseconds from a monotonic source; calls are the module's commands as lists
 of bytes. `redis_rl.gateway` is the driver that does the I/O."""
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 PROBLEM_CONTENT_TYPE: str
 
@@ -101,7 +101,11 @@ class Engine:
     """One per process and store, shared by every request."""
 
     def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.01,
-                 seed: Optional[int] = None) -> None: ...
+                 seed: Optional[int] = None,
+                 metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None
+                 ) -> None:
+        """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
+        `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`)."""
     def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
               peer: Optional[str], now: int, user: Optional[str] = None,
               tenant: Optional[str] = None) -> Tuple[Pending, Step]: ...

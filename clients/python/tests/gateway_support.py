@@ -54,13 +54,15 @@ def metric(gw, series):
 
 
 def decisions(gw, route, rule, outcome):
-    n = metric(gw, f'rl_gateway_decisions_total{{route="{route}",rule="{rule}",outcome="{outcome}"}}')
+    labels = f'route="{route}",rule="{rule}",outcome="{outcome}"'
+    n = metric(gw, f"rl_gateway_decisions_total{{{labels}}}")
     return int(n or 0)
 
 
 def calls(gw, result):
     """How many store calls ended so (`ok`, `error`, `timeout`)."""
-    return int(metric(gw, f'rl_gateway_store_call_duration_seconds_count{{result="{result}"}}') or 0)
+    n = metric(gw, f'rl_gateway_store_call_duration_seconds_count{{result="{result}"}}')
+    return int(n or 0)
 
 
 def http(gw, app=backend, **kw):

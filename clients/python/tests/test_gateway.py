@@ -267,6 +267,17 @@ async def test_prometheus_client_exposes_the_same_names(server):
     assert 'rl_gateway_breaker_state{state="closed"} 1.0' in text
 
 
+async def test_the_hook_sees_every_event(server):
+    events = []
+    gw = gateway(server.port, policy(_routes(), RULES),
+                 metrics_hook=lambda name, labels, value: events.append((name, labels, value)))
+    async with http(gw) as c:
+        await c.get("/r", headers={"x-user": "hook"})
+    names = {n for n, _, _ in events}
+    assert {"decision", "store_call", "policy_version", "route_mode", "store_mode"} <= names
+    assert ("decision", {"route": "GET /r", "rule": "user", "outcome": "admit"}, 1.0) in events
+
+
 async def test_decision_logs_never_carry_identities(server, caplog):
     gw = gateway(server.port, policy(_routes(), RULES), log_sample=1.0)
     with caplog.at_level("INFO", logger="redis_rl.decision"):
@@ -367,6 +378,7 @@ async def test_the_fastapi_dependency(server):
     from redis_rl.gateway import dependency, install
 
     gw = gateway(server.port, policy([{"method": "GET", "path": "/dep", "rules": ["user"]}], RULES))
+    await gw.prepare()  # no middleware, so no ASGI startup to do it
     app = FastAPI()
     install(app)
 

@@ -12,8 +12,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyList, PyString};
-use rl_engine::metrics::{Event, Metrics};
+use pyo3::types::{IntoPyDict, PyBytes, PyList, PyString};
+use rl_engine::metrics::{Event, Metrics, MetricsHook};
 use rl_engine::{Caller, Headers, Instant, LogLevel, Mode, Options, Policy, PolicyError, Request};
 
 use convert::{answer, calls, Answer, Call};
@@ -72,14 +72,18 @@ struct Engine {
 #[pymethods]
 impl Engine {
     /// `policy`: the JSON document. `seed` fixes the engine's randomness (jitter, sampling,
-    /// ids); by default it is drawn from the OS.
+    /// ids); by default it is drawn from the OS. `metrics_hook(name, labels, value)` is called
+    /// for every metrics event, for the application's own metrics library.
     #[new]
-    #[pyo3(signature = (policy, *, legacy_headers = false, log_sample = 0.01, seed = None))]
+    #[pyo3(signature = (
+        policy, *, legacy_headers = false, log_sample = 0.01, seed = None, metrics_hook = None
+    ))]
     fn new(
         policy: &str,
         legacy_headers: bool,
         log_sample: f64,
         seed: Option<u64>,
+        metrics_hook: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let policy = Policy::from_json(policy).map_err(policy_error)?;
         let options = Options {
@@ -87,8 +91,9 @@ impl Engine {
             log_sample,
             seed: seed.unwrap_or_else(random_seed),
         };
+        let hook = metrics_hook.map(|f| Arc::new(PyHook(f)) as Arc<dyn MetricsHook>);
         Ok(Engine {
-            inner: rl_engine::Engine::new(policy, Arc::new(Metrics::default()), options),
+            inner: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),
         })
     }
 
@@ -181,6 +186,61 @@ impl Engine {
     /// Entries held now in the negative cache, the chunk table and the fallback limiters.
     fn table_sizes(&self) -> (usize, usize, usize) {
         self.inner.table_sizes()
+    }
+}
+
+/// The application's metrics hook: `hook(name, labels, value)`.
+struct PyHook(Py<PyAny>);
+
+impl MetricsHook for PyHook {
+    fn event(&self, event: &Event<'_>) {
+        let (name, labels, value): (&str, Vec<(&str, &str)>, f64) = match *event {
+            Event::Decision {
+                route,
+                rule,
+                outcome,
+            } => (
+                "decision",
+                vec![
+                    ("route", route),
+                    ("rule", rule),
+                    ("outcome", outcome.name()),
+                ],
+                1.0,
+            ),
+            Event::StoreCall { result, latency } => (
+                "store_call",
+                vec![("result", result.name())],
+                latency.as_secs_f64(),
+            ),
+            Event::GrantRefill { rule } => ("grant_refill", vec![("rule", rule)], 1.0),
+            Event::Breaker(state) => ("breaker_state", vec![("state", state.name())], 1.0),
+            Event::PolicyVersion(v) => ("policy_version", Vec::new(), v as f64),
+            Event::RouteMode { route, mode } => {
+                ("route_mode", vec![("route", route), ("mode", mode)], 1.0)
+            }
+            Event::StoreMode(mode) => (
+                "store_mode",
+                vec![(
+                    "mode",
+                    match mode {
+                        Mode::Module => "module",
+                        Mode::Script => "script",
+                    },
+                )],
+                1.0,
+            ),
+        };
+        // Events come from calls made by Python (begin, resume, store_mode), so the
+        // interpreter is attached already; a hook that raises is reported, never propagated
+        // into a decision.
+        Python::attach(|py| {
+            let labels = labels.into_py_dict(py);
+            let result = labels.and_then(|l| self.0.call1(py, (name, l, value)));
+            if let Err(e) = result {
+                e.write_unraisable(py, None);
+            }
+        });
     }
 }
 

@@ -59,13 +59,16 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
-            async def startup():
+            async def lifespan():
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     await self.gateway.prepare()
+                elif message["type"] == "lifespan.shutdown":
+                    # Releases and refunds still in flight are sent before the process ends.
+                    await self.gateway.drain()
                 return message
 
-            await self.app(scope, startup, send)
+            await self.app(scope, lifespan, send)
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)

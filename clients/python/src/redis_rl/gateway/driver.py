@@ -26,6 +26,7 @@ decision_log = logging.getLogger("redis_rl.decision")
 log = logging.getLogger("redis_rl.gateway")
 
 Identify = Callable[[Any], Awaitable[tuple[Optional[str], Optional[str]]]]
+MetricsHook = Callable[[str, dict, float], Any]
 PolicyInput = Union[str, "os.PathLike[str]", dict]
 
 # A release, a refund or a settlement that cannot be sent in this long is abandoned: a lease
@@ -190,20 +191,22 @@ def _read(policy: PolicyInput) -> str:
 
 
 class Gateway:
-    """The decisions of clients/CONTRACT.md for ASGI apps (see `asgi.RateLimitMiddleware`), made by the
-    engine. `policy`: a policy file's path (which `reload` re-reads) or the document as a dict;
-    an invalid one raises `InvalidPolicy` with the bad field's JSON path."""
+    """The decisions of clients/CONTRACT.md for ASGI apps (see `asgi.RateLimitMiddleware`),
+    made by the engine. `policy`: a policy file's path (which `reload` re-reads) or the
+    document as a dict; an invalid one raises `InvalidPolicy` with the bad field's JSON path.
+    `metrics_hook(name, labels, value)` sees every metrics event, for another metrics
+    library."""
 
     def __init__(self, client: AsyncClient, policy: PolicyInput, *,
                  legacy_headers: bool = False, log_sample: float = 0.01,
                  identify: Identify | None = None, durable_connections: int = 0,
-                 seed: int | None = None):
+                 metrics_hook: MetricsHook | None = None, seed: int | None = None):
         if not 0 <= log_sample <= 1:
             raise ValueError("log_sample must be in [0, 1]")
         self.client = client
         self._file = None if isinstance(policy, dict) else policy
         self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
-                                    log_sample=log_sample, seed=seed)
+                                    log_sample=log_sample, seed=seed, metrics_hook=metrics_hook)
         self.identify = identify
         # Connections of their own for routes with a `durable` rule, taken in turn: the server
         # blocks a connection while its WAIT waits, and other routes must not queue behind it.
@@ -238,9 +241,12 @@ class Gateway:
 
     async def prepare(self) -> None:
         """Detects the store's mode and loads the script if it needs one, before the first
-        request would (the middleware calls it at ASGI startup). A store that cannot answer
-        now is left to the first request's posture."""
+        request would (the middleware calls it at ASGI startup; with the FastAPI dependency
+        alone, call it at the app's startup). Otherwise the first request does it, within its
+        deadline, as after a lost connection. A store that cannot answer now is left to the
+        first request's posture."""
         try:
+            # Under a deadline of its own: a 37 kB SCRIPT LOAD is no request's fault.
             await asyncio.wait_for(self.client.prepare(),
                                    max(1.0, self.engine.store_timeout_us / 1e6))
         except (asyncio.TimeoutError, RLError) as exc:

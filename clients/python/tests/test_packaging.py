@@ -56,6 +56,25 @@ def test_the_pure_parts_need_no_native_engine(server):
     assert "needs the native engine" in out
 
 
+def test_the_stubs_cover_the_extension():
+    import ast
+    import inspect
+
+    engine = pytest.importorskip("redis_rl_engine")
+    stubs = ast.parse((HERE / "engine" / "redis_rl_engine.pyi").read_text())
+    declared = {n.name for n in stubs.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    declared |= {t.id for n in stubs.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])}
+    # maturin's package holds the extension as a submodule of the same name.
+    exported = {name for name in dir(engine)
+                if not name.startswith("_") and not inspect.ismodule(getattr(engine, name))}
+    assert exported <= declared, exported - declared
+    for cls in (n for n in stubs.body if isinstance(n, ast.ClassDef)):
+        methods = {m.name for m in cls.body if isinstance(m, ast.FunctionDef)}
+        public = {m for m in vars(getattr(engine, cls.name)) if not m.startswith("_")}
+        assert public <= methods, (cls.name, public - methods)
+
+
 def test_valkey_py_clients_are_drop_ins(server):
     valkey = pytest.importorskip("valkey")
     client = redis_rl.Client(valkey.Valkey(port=server.port, protocol=3))

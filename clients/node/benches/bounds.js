@@ -26,7 +26,7 @@ const now = 1_767_225_600_000_000;
 
 // One decision, each call answered by `answer`.
 function decide(user, answer) {
-  const pending = gateway.begin({ method: 'GET', path: '/', headers: { 'x-user': user } }, now);
+  const pending = gateway.begin({ method: 'GET', path: '/' }, { 'x-user': user }, now);
   let step = pending.first();
   while (step.kind !== 'done') {
     const answers = step.kind === 'wait' ? [] : step.calls.map((c) => answer(c));

@@ -1227,14 +1227,11 @@ var Gateway = class {
       caller = { user: c.user || void 0, tenant: c.tenant || void 0 };
     }
     const started = nowUs();
-    const pending = this.engine.begin({
-      method: req.method,
-      path: req.path,
-      headers: req.headers,
-      latin1: true,
-      peer: req.peer,
-      caller
-    }, started);
+    const pending = this.engine.begin(
+      { method: req.method, path: req.path, latin1: true, peer: req.peer, caller },
+      req.headers,
+      started
+    );
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== "done") {
@@ -1264,7 +1261,7 @@ var Gateway = class {
   }
 };
 function held(decision, rl, holdings, started) {
-  if (holdings.isEmpty()) return decision;
+  if (!holdings) return decision;
   const every = holdings.renewEveryMs();
   const timer = every ? setInterval(() => sendEach(rl, holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();

@@ -10,7 +10,7 @@ export declare class Engine {
   get policyVersion(): number
   /** Whether a route names the request (an application's caller lookup runs only then). */
   routed(method: string, path: string): boolean
-  begin(request: RequestIn, nowUs: number): Pending
+  begin(request: RequestIn, headers: object, nowUs: number): Pending
   /** Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`. */
   storeMode(mode: string): void
   /** The events recorded since the last call (with `events: true`), oldest first. */
@@ -23,7 +23,6 @@ export declare class Engine {
 
 /** Semaphore slots and reservations of an admitted request. */
 export declare class Holdings {
-  isEmpty(): boolean
   /**
    * A third of the shortest lease held, in ms: how often renewals are due; null without a
    * slot.
@@ -57,8 +56,11 @@ export declare class Pending {
   resume(answers: Array<any>, nowUs: number): StepOut
   /** Whether the route has a `durable` rule (its calls go on a connection of their own). */
   isDurable(): boolean
-  /** After an admission: what the request holds until its response ends. */
-  holdings(): Holdings
+  /**
+   * After an admission: what the request holds until its response ends; null when it holds
+   * nothing (most requests: no object to make and collect).
+   */
+  holdings(): Holdings | null
   /** The caller went away mid-request: the calls that give back what it took. */
   abandon(): Array<CallOut>
 }
@@ -112,12 +114,14 @@ export interface LogOut {
   outcome: string
 }
 
-/** A request: `headers` by lower-case name, a list for a repeated header. */
+/** A request; its headers are `begin`'s second argument. */
 export interface RequestIn {
   method: string
   path: string
-  headers: Record<string, HeaderValue | Array<HeaderValue>>
-  /** String values are node:http's: one code unit per byte received. */
+  /**
+   * String header values are node:http's: one code unit per byte received (otherwise
+   * their UTF-8 bytes).
+   */
   latin1?: boolean
   peer?: string
   caller?: CallerIn

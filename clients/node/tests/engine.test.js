@@ -192,8 +192,9 @@ class Run {
 
   request(r, step) {
     const started = this.now;
-    const pending = this.engine.begin({ method: r.method ?? 'GET', path: r.path, headers: Object.fromEntries(Object.entries(r.headers ?? {}).map(([k, v]) => [k, headerValue(v)])),
-      peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined }, this.now);
+    const headers = Object.fromEntries(Object.entries(r.headers ?? {}).map(([k, v]) => [k, headerValue(v)]));
+    const pending = this.engine.begin({ method: r.method ?? 'GET', path: r.path, peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined },
+      headers, this.now);
     const first = pending.first();
     if (step.hold !== undefined) {
       // Held after its first step, unanswered: the next requests run beside it.
@@ -205,7 +206,9 @@ class Run {
     const verdict = this.drive(pending, first, script);
     script.done();
     this.checkVerdict(step.expect, verdict, script);
-    if (step.id !== undefined) this.leases.set(step.id, { holdings: pending.holdings(), started });
+    // A request that holds nothing has no holdings: its finish and tick make no call.
+    const none = { finish: () => [], tick: () => [] };
+    if (step.id !== undefined) this.leases.set(step.id, { holdings: pending.holdings() ?? none, started });
   }
 
   // Answers each step from the script, or from the memory store where the script allows.

@@ -290,29 +290,58 @@ pub struct CallerIn {
     pub tenant: Option<String>,
 }
 
-/// A header's value: bytes, or a string (its UTF-8 bytes, or with `latin1` its code units, as
-/// node:http decodes the bytes received).
-pub type HeaderValue = Either<String, Buffer>;
-
-/// A request: `headers` by lower-case name, a list for a repeated header.
+/// A request; its headers are `begin`'s second argument.
 #[napi(object)]
 pub struct RequestIn {
     pub method: String,
     pub path: String,
-    pub headers: std::collections::HashMap<String, Either<HeaderValue, Vec<HeaderValue>>>,
-    /// String values are node:http's: one code unit per byte received.
+    /// String header values are node:http's: one code unit per byte received (otherwise
+    /// their UTF-8 bytes).
     pub latin1: Option<bool>,
     pub peer: Option<String>,
     pub caller: Option<CallerIn>,
 }
 
-fn header_bytes(value: HeaderValue, latin1: bool) -> Vec<u8> {
-    match value {
-        // Every code unit node:http makes of a byte is below 256.
-        Either::A(s) if latin1 => s.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')).collect(),
-        Either::A(s) => s.into_bytes(),
-        Either::B(b) => b.to_vec(),
+/// A header's value: a string (its bytes as `latin1` says) or a Buffer.
+fn header_bytes(value: &Unknown, latin1: bool) -> Result<Option<Vec<u8>>> {
+    if value.get_type()? == ValueType::String {
+        let s = String::from_unknown(*value)?;
+        return Ok(Some(if latin1 {
+            // Every code unit node:http makes of a byte is below 256.
+            s.chars()
+                .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?'))
+                .collect()
+        } else {
+            s.into_bytes()
+        }));
     }
+    if value.is_buffer()? {
+        return Ok(Some(BufferSlice::from_unknown(*value)?.to_vec()));
+    }
+    Ok(None)
+}
+
+/// Headers by lower-case name, a list of values for a repeated header; read property by
+/// property, since a conversion of the whole map costs more than the decision.
+fn read_headers(headers: &Object, latin1: bool) -> Result<Vec<(String, Vec<u8>)>> {
+    let names = headers.get_property_names()?;
+    let mut out = Vec::new();
+    for i in 0..names.get_array_length()? {
+        let name: String = names.get_element(i)?;
+        let value: Unknown = headers.get_named_property_unchecked(&name)?;
+        if let Some(bytes) = header_bytes(&value, latin1)? {
+            out.push((name, bytes));
+        } else if value.is_array()? {
+            let values = Object::from_unknown(value)?;
+            for j in 0..values.get_array_length()? {
+                let v: Unknown = values.get_element(j)?;
+                if let Some(bytes) = header_bytes(&v, latin1)? {
+                    out.push((name.clone(), bytes));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[napi(object)]
@@ -375,19 +404,8 @@ impl Engine {
     }
 
     #[napi]
-    pub fn begin(&self, request: RequestIn, now_us: f64) -> Result<Pending> {
-        let latin1 = request.latin1.unwrap_or(false);
-        let headers: Vec<(String, Vec<u8>)> = request
-            .headers
-            .into_iter()
-            .flat_map(|(name, value)| match value {
-                Either::A(v) => vec![(name, header_bytes(v, latin1))],
-                Either::B(vs) => vs
-                    .into_iter()
-                    .map(|v| (name.clone(), header_bytes(v, latin1)))
-                    .collect(),
-            })
-            .collect();
+    pub fn begin(&self, request: RequestIn, headers: Object, now_us: f64) -> Result<Pending> {
+        let headers = read_headers(&headers, request.latin1.unwrap_or(false))?;
         // A peer that is no address (a Unix socket) leaves the caller's IP unknown.
         let peer = request.peer.as_deref().and_then(|p| {
             p.strip_prefix("::ffff:")
@@ -486,12 +504,12 @@ impl Pending {
         self.pending.is_durable()
     }
 
-    /// After an admission: what the request holds until its response ends.
+    /// After an admission: what the request holds until its response ends; null when it holds
+    /// nothing (most requests: no object to make and collect).
     #[napi]
-    pub fn holdings(&mut self) -> Holdings {
-        Holdings {
-            holdings: self.pending.holdings(),
-        }
+    pub fn holdings(&mut self) -> Option<Holdings> {
+        let holdings = self.pending.holdings();
+        (!holdings.is_empty()).then_some(Holdings { holdings })
     }
 
     /// The caller went away mid-request: the calls that give back what it took.
@@ -509,11 +527,6 @@ pub struct Holdings {
 
 #[napi]
 impl Holdings {
-    #[napi]
-    pub fn is_empty(&self) -> bool {
-        self.holdings.is_empty()
-    }
-
     /// A third of the shortest lease held, in ms: how often renewals are due; null without a
     /// slot.
     #[napi]

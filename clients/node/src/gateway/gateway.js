@@ -192,8 +192,8 @@ export class Gateway {
       caller = { user: c.user || undefined, tenant: c.tenant || undefined };
     }
     const started = nowUs();
-    const pending = this.engine.begin({ method: req.method, path: req.path, headers: req.headers, latin1: true, peer: req.peer,
-      caller }, started);
+    const pending = this.engine.begin({ method: req.method, path: req.path, latin1: true, peer: req.peer, caller }, req.headers,
+      started);
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== 'done') {
@@ -228,7 +228,7 @@ export class Gateway {
 // What an admitted request holds: its slots renewed while the backend works and released when
 // the response ends (or is dropped), its reservations settled with the backend's report.
 function held(decision, rl, holdings, started) {
-  if (holdings.isEmpty()) return decision;
+  if (!holdings) return decision;
   const every = holdings.renewEveryMs();
   const timer = every ? setInterval(() => sendEach(rl, holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();

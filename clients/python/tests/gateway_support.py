@@ -2,6 +2,7 @@
 driving it over ASGI in the test's own event loop."""
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -65,7 +66,13 @@ def calls(gw, result):
     return int(n or 0)
 
 
-def http(gw, app=backend, **kw):
+@contextlib.asynccontextmanager
+async def http(gw, app=backend, **kw):
+    """The app behind the middleware, after the startup an ASGI server would give it (httpx's
+    transport sends no lifespan events): the store's mode is known before the first request."""
     wrapped = RateLimitMiddleware(app, gw, health_path="/healthz", metrics_path="/metrics",
                                   reload_path="/-/reload", **kw)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=wrapped), base_url="http://gw")
+    await gw.prepare()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=wrapped),
+                                 base_url="http://gw") as client:
+        yield client

@@ -485,6 +485,8 @@ async def test_stacked_layers_add_their_items_and_identify_resolves_callers(serv
                                         {"edge": {"key": "out:${ip}", "limit": 9, "period": "1h"}}))
     from gateway_support import backend
     app = RateLimitMiddleware(RateLimitMiddleware(backend, inner), outer)
+    await inner.prepare()
+    await outer.prepare()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
         r = await c.get("/two", headers={"authorization": "Bearer carol"})
     assert r.headers["ratelimit-policy"] == '"user";q=5;w=3600, "edge";q=9;w=3600'

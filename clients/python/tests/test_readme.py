@@ -25,6 +25,8 @@ async def test_the_readme_fastapi_app(server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     scope = {}
     exec(code.replace("redis://127.0.0.1:6379", server.url), scope)
+    # What the middleware does at an ASGI server's startup (httpx's transport sends none).
+    await scope["store"].prepare()
     transport = httpx.ASGITransport(app=scope["app"])
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
         codes = [(await c.get("/catalog", headers={"x-user": "readme"})).status_code

@@ -1087,21 +1087,20 @@ function send(rl, call, options) {
   const keys = name === "RL.MULTI" ? args.slice(1, 1 + Number(args[0])) : args.slice(0, 1);
   return rl.execute({ name, args, keys, parse: raw }, options);
 }
-var FIELD = /^[a-z_]+$/;
-var flatMap = (a) => a.length > 0 && a.length % 2 === 0 && a.every((x, i) => i % 2 === 1 || typeof x === "string" && FIELD.test(x));
+function foreign(v) {
+  if (v === null || typeof v === "string") return false;
+  if (typeof v === "number") return !Number.isInteger(v);
+  if (Array.isArray(v)) return v.some(foreign);
+  return true;
+}
 function wire(v) {
-  if (v === null || v === void 0) return null;
-  if (typeof v === "string") return v;
+  if (!foreign(v)) return v;
+  if (v === void 0) return null;
   if (typeof v === "number") return Number.isInteger(v) ? v : String(v);
   if (typeof v === "bigint") return Number(v);
   if (typeof v === "boolean") return v ? 1 : 0;
   if (Buffer.isBuffer(v)) return v.toString("utf8");
-  if (Array.isArray(v)) {
-    if (!flatMap(v)) return v.map(wire);
-    const pairs = [];
-    for (let i = 0; i < v.length; i += 2) pairs.push([v[i], wire(v[i + 1])]);
-    return { map: pairs };
-  }
+  if (Array.isArray(v)) return v.map(wire);
   if (v instanceof Error) return { error: v.message };
   const entries = v instanceof Map ? [...v] : Object.entries(v);
   return { map: entries.map(([k, x]) => [wire(k), wire(x)]) };

@@ -122,6 +122,18 @@ pub(crate) fn step_out(step: Step) -> StepOut {
     }
 }
 
+/// ioredis on RESP3 without `replyMapping` flattens a map into `[name, value, ...]`; no RESP2
+/// reply of the module's is an even-length array with a field name at every even place.
+fn flat_map(items: &[Value]) -> bool {
+    !items.is_empty()
+        && items.len() % 2 == 0
+        && items.iter().step_by(2).all(|k| {
+            k.as_str().is_some_and(|k| {
+                !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+        })
+}
+
 /// A reply in the JSON of the vectors: integers, null, strings (bulk), arrays,
 /// `{"error"}`, `{"status"}`, `{"map": [[k, v], ...]}`.
 pub(crate) fn reply_of(v: &Value) -> Reply {
@@ -138,6 +150,14 @@ pub(crate) fn reply_of(v: &Value) -> Reply {
             },
         },
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Array(a) if flat_map(a) => Reply::Map(
+            a.chunks_exact(2)
+                .map(|pair| match pair {
+                    [k, v] => (reply_of(k), reply_of(v)),
+                    _ => (Reply::Nil, Reply::Nil),
+                })
+                .collect(),
+        ),
         Value::Array(a) => Reply::Array(a.iter().map(reply_of).collect()),
         Value::Object(o) => match (o.get("error"), o.get("status"), o.get("map")) {
             (Some(e), _, _) => Reply::Error(e.as_str().unwrap_or_default().to_string()),

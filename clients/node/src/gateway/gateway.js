@@ -34,26 +34,26 @@ function send(rl, call, options) {
   return rl.execute({ name, args, keys, parse: raw }, options);
 }
 
-// ioredis on RESP3 without `replyMapping` flattens a map into [name, value, ...]; no RESP2 reply
-// of the module's is an even-length array with a field name at every even place.
-const FIELD = /^[a-z_]+$/;
-const flatMap = (a) => a.length > 0 && a.length % 2 === 0 && a.every((x, i) => i % 2 === 1 || (typeof x === 'string' && FIELD.test(x)));
+// Whether a reply holds anything the engine's JSON does not (Buffers, Maps, objects, bigints,
+// booleans, doubles); most replies do not, and go over as they are.
+function foreign(v) {
+  if (v === null || typeof v === 'string') return false;
+  if (typeof v === 'number') return !Number.isInteger(v);
+  if (Array.isArray(v)) return v.some(foreign);
+  return true;
+}
 
 // A reply in the JSON the engine reads (clients/vectors/README.md): whatever the client made of
-// RESP2 or RESP3 (Buffers, Maps, objects, bigints, doubles) as strings, integers, arrays and maps.
+// RESP2 or RESP3 as strings, integers, arrays and maps. (A map ioredis flattened into
+// [name, value, ...] is read as a map by the addon.)
 function wire(v) {
-  if (v === null || v === undefined) return null;
-  if (typeof v === 'string') return v;
+  if (!foreign(v)) return v;
+  if (v === undefined) return null;
   if (typeof v === 'number') return Number.isInteger(v) ? v : String(v);
   if (typeof v === 'bigint') return Number(v);
   if (typeof v === 'boolean') return v ? 1 : 0;
   if (Buffer.isBuffer(v)) return v.toString('utf8');
-  if (Array.isArray(v)) {
-    if (!flatMap(v)) return v.map(wire);
-    const pairs = [];
-    for (let i = 0; i < v.length; i += 2) pairs.push([v[i], wire(v[i + 1])]);
-    return { map: pairs };
-  }
+  if (Array.isArray(v)) return v.map(wire);
   if (v instanceof Error) return { error: v.message };
   const entries = v instanceof Map ? [...v] : Object.entries(v);
   return { map: entries.map(([k, x]) => [wire(k), wire(x)]) };

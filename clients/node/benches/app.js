@@ -1,11 +1,16 @@
 // One app of the benchmark, in a process of its own: node app.js <variant> <port> <redis port>.
+// `before-gateway-1` and `before-gateway-3` run the gateway of another copy of the package
+// (RL_BENCH_BEFORE: its src/index.js), side by side with this one.
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import Redis from 'ioredis';
 import { RedisStore } from 'rate-limit-redis';
-import { expressMiddleware, Gateway, RLStore } from '../src/index.js';
+import * as current from '../src/index.js';
 
-const [variant, port, redisPort] = process.argv.slice(2);
+const [named, port, redisPort] = process.argv.slice(2);
+const before = named.startsWith('before-');
+const variant = named.replace(/^before-/, '');
+const { expressMiddleware, Gateway, RLStore } = before ? await import(process.env.RL_BENCH_BEFORE) : current;
 const redis = new Redis({ port: Number(redisPort), host: '127.0.0.1', enableOfflineQueue: false, maxRetriesPerRequest: 0 });
 await new Promise((r) => redis.once('ready', r));
 const sendCommand = (...args) => redis.call(...args);

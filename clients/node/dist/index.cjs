@@ -1215,9 +1215,10 @@ var Gateway = class {
     this.events();
     return this.policy;
   }
-  // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
-  // matches, else { status, headers, body? (the problem, JSON text), finish?, done? }:
-  // `finish({ actualCost })` once the backend answered (settlement), `done()` when the
+  // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
+  // byte received, so keys are those of the other drivers for the same bytes), peer }. Resolves
+  // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
+  // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
   // response ended or was dropped (releases).
   async decide(req) {
     let caller;

@@ -19,7 +19,7 @@ const BACKGROUND_TIMEOUT_MS = 1000;
 // so a wall-clock step never moves it.
 const WALL_US = Date.now() * 1000;
 const MONO_MS = performance.now();
-export const nowUs = () => Math.floor(WALL_US + (performance.now() - MONO_MS) * 1000);
+const nowUs = () => Math.floor(WALL_US + (performance.now() - MONO_MS) * 1000);
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -180,9 +180,10 @@ export class Gateway {
     return this.policy;
   }
 
-  // `req`: { method, path, headers (lower-case names), peer }. Resolves null when no route
-  // matches, else { status, headers, body? (the problem, JSON text), finish?, done? }:
-  // `finish({ actualCost })` once the backend answered (settlement), `done()` when the
+  // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
+  // byte received, so keys are those of the other drivers for the same bytes), peer }. Resolves
+  // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
+  // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
   // response ended or was dropped (releases).
   async decide(req) {
     let caller;

@@ -126,7 +126,7 @@ pub(crate) fn step_out(step: Step) -> StepOut {
 /// reply of the module's is an even-length array with a field name at every even place.
 fn flat_map(items: &[Value]) -> bool {
     !items.is_empty()
-        && items.len() % 2 == 0
+        && items.chunks_exact(2).remainder().is_empty()
         && items.iter().step_by(2).all(|k| {
             k.as_str().is_some_and(|k| {
                 !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')

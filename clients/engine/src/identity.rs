@@ -46,13 +46,15 @@ pub const FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// The caller's address: the peer, unless the peer is a trusted proxy; then `X-Forwarded-For`
 /// is read from the right, skipping trusted proxies, and the first untrusted hop is the client
-/// (entries left of it were written by the caller and prove nothing).
+/// (entries left of it were written by the caller and prove nothing). An IPv4-mapped IPv6
+/// address (`::ffff:10.0.0.1`, the peer of a dual-stack socket) is the IPv4 address it maps:
+/// trusted by that address's entries and keyed as it, whichever socket the client came on.
 pub fn client_ip(
     identity: &Identity,
     headers: &dyn Headers,
     peer: Option<IpAddr>,
 ) -> Option<IpAddr> {
-    let mut client = peer?;
+    let mut client = peer?.to_canonical();
     if !identity.trusts(client) {
         return Some(client);
     }
@@ -60,7 +62,10 @@ pub fn client_ip(
     headers.each(FORWARDED_FOR, &mut |value| {
         let text = std::str::from_utf8(value).ok();
         match text {
-            Some(text) => hops.extend(text.split(',').map(|h| h.trim().parse::<IpAddr>().ok())),
+            Some(text) => hops.extend(
+                text.split(',')
+                    .map(|h| h.trim().parse::<IpAddr>().ok().map(|ip| ip.to_canonical())),
+            ),
             None => hops.push(None),
         }
     });
@@ -113,6 +118,18 @@ mod tests {
         assert_eq!(walk("1.1.1.1, junk, 127.0.0.9"), Some(ip("127.0.0.9")));
         let empty: Vec<(&str, Vec<u8>)> = Vec::new();
         assert_eq!(client_ip(&proxies, &empty, None), None);
+        // An IPv4-mapped peer or hop is its IPv4 address.
+        let mapped = identity(&["10.0.0.1"]);
+        assert_eq!(
+            client_ip(&mapped, &xff("::ffff:2.2.2.2"), Some(ip("::ffff:10.0.0.1"))),
+            Some(ip("2.2.2.2"))
+        );
+        // An entry in the mapped form is the IPv4 address or block it maps.
+        let written_mapped = identity(&["::ffff:10.0.0.0/104"]);
+        assert_eq!(
+            client_ip(&written_mapped, &xff("2.2.2.2"), Some(ip("10.9.9.9"))),
+            Some(ip("2.2.2.2"))
+        );
         // Two header lines are one list, in order.
         let two = vec![
             ("x-forwarded-for", "1.1.1.1"),

@@ -224,6 +224,10 @@ impl Shared {
             }
             self.count(ctx, *i, Outcome::Refuse, &mut log);
         }
+        // A shadow semaphore found full before the refusal still would have refused.
+        for i in &answer.shadow_refused {
+            self.count(ctx, *i, Outcome::ShadowRefuse, &mut log);
+        }
         let mut verdict = self.too_many(ctx, &answer.refused, &answer.outcomes, Outcome::Refuse);
         verdict.log = log;
         verdict

@@ -109,7 +109,18 @@ impl IpNet {
         };
         let bits = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = prefix.unwrap_or(bits);
-        (prefix <= bits).then_some(IpNet { addr, prefix })
+        if prefix > bits {
+            return None;
+        }
+        // Addresses are compared as IPv4 when they map one (`::ffff:10.0.0.1`), so a block
+        // written in the mapped form is the IPv4 block it maps.
+        match addr.to_canonical() {
+            IpAddr::V4(v4) if addr.is_ipv6() && prefix >= 96 => Some(IpNet {
+                addr: IpAddr::V4(v4),
+                prefix: prefix - 96,
+            }),
+            _ => Some(IpNet { addr, prefix }),
+        }
     }
 
     pub fn contains(&self, peer: IpAddr) -> bool {

@@ -156,7 +156,10 @@ class Run {
     } else if (step.drop !== undefined) {
       expectCalls(step.calls, this.take(this.pending, step.drop, 'no such held request').pending.abandon());
     } else if (step.finish !== undefined) {
-      const calls = this.take(this.leases, step.finish, 'no lease of that request').holdings.finish(step.actual_cost);
+      // The lease stays known: a later `tick` or `finish` of it must give nothing.
+      const lease = this.leases.get(step.finish);
+      if (!lease) throw new Error('no lease of that request');
+      const calls = lease.holdings.finish(step.actual_cost);
       expectCalls(step.calls, calls);
       this.toMemory(calls);
     } else if (step.tick !== undefined) {

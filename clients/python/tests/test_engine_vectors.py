@@ -243,7 +243,8 @@ class Run:
             pending, _ = self.pending.pop(step["drop"])
             expect_calls(step.get("calls"), pending.abandon())
         elif "finish" in step:
-            lease, _ = self.leases.pop(step["finish"])
+            # The lease stays known: a later `tick` or `finish` of it must give nothing.
+            lease, _ = self.leases[step["finish"]]
             actual = step.get("actual_cost")
             calls = lease.finish(actual.encode() if actual is not None else None)
             expect_calls(step.get("calls"), calls)

@@ -29,6 +29,7 @@ impl Pending {
                 let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
                 chunk.refilling = None;
                 let granted = granted?;
+                self.refilled.push(index);
                 // The chunk lapses `valid_ms` after its reply arrived; unspent tokens lapse
                 // with it.
                 chunk.tokens = granted.granted;

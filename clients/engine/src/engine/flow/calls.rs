@@ -180,14 +180,15 @@ impl Pending {
     }
 
     /// `WAIT 1 <timeout>` once per cluster slot of the durable rules that wrote (a grant rule
-    /// spent locally wrote nothing), under twice `store.timeout`.
+    /// spent from a chunk it did not refill wrote nothing), under twice `store.timeout`.
     pub(super) fn durable_waits(&mut self) -> Option<Step> {
         let ctx = self.ctx.as_ref()?;
         let timeout_ms = crate::time::millis(ctx.policy.store.timeout);
         let mut by_slot: Vec<(u16, Vec<usize>, Vec<u8>)> = Vec::new();
         for (i, k) in ctx.keyed.iter().enumerate() {
-            let granted = matches!(&k.rule.kind, RuleKind::Rate(r) if r.grant.is_some());
-            if !k.rule.durable || k.rule.shadow || granted {
+            let local = matches!(&k.rule.kind, RuleKind::Rate(r) if r.grant.is_some())
+                && !self.refilled.contains(&i);
+            if !k.rule.durable || k.rule.shadow || local {
                 continue;
             }
             let s = slot(k.key.as_bytes());

@@ -85,6 +85,9 @@ pub struct Pending {
     phase: Phase,
     expect: Vec<Expect>,
     taken: Vec<Taken>,
+    /// The grant rules whose chunk this request refilled: `RL.GRANT` wrote, so a durable one
+    /// is waited for.
+    refilled: Vec<usize>,
     pub(super) held: Vec<Held>,
     pub(super) reserved: Vec<Reserved>,
     answer: Outcomes,
@@ -105,6 +108,7 @@ impl Pending {
             phase: Phase::Done,
             expect: Vec::new(),
             taken: Vec::new(),
+            refilled: Vec::new(),
             held: Vec::new(),
             reserved: Vec::new(),
             answer: Outcomes::default(),

@@ -33,6 +33,9 @@ pub enum Outcome {
     /// The module refused a store call (`ERR`, `WRONGTYPE`, `CROSSSLOT`): a bug in the policy
     /// or the deployment, answered 500.
     Error,
+    /// The gateway shed the request for its own overload (its driver said so): answered 503,
+    /// and the store is not blamed.
+    Shed,
 }
 
 impl Outcome {
@@ -48,6 +51,7 @@ impl Outcome {
             Outcome::ShadowRefuse => "shadow_refuse",
             Outcome::UnreplicatedAdmit => "unreplicated_admit",
             Outcome::Error => "error",
+            Outcome::Shed => "shed",
         }
     }
 }

@@ -52,6 +52,21 @@ pub fn limiter_unavailable() -> Problem {
     }
 }
 
+/// 503: the gateway itself is saturated and sheds the request; the store is not at fault, so
+/// the body says so apart from [`limiter_unavailable`].
+pub fn gateway_overloaded() -> Problem {
+    Problem {
+        status: 503,
+        body: json!({
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "The gateway is overloaded; retry after the time in Retry-After.",
+        })
+        .to_string(),
+    }
+}
+
 /// 431: an identity header (`user`, `tenant`) longer than 256 bytes.
 pub fn identity_too_long() -> Problem {
     Problem {

@@ -170,7 +170,7 @@ impl Run {
             let mut script = Script::new(step.get("store"));
             let verdict = self.drive(&mut pending, first, &mut script)?;
             script.done()?;
-            return self.check_verdict(step, &verdict, &mut pending, &script);
+            return self.check_verdict(step, &verdict, &script);
         }
         if let Some(id) = step.get("drop").and_then(Value::as_str) {
             let (mut pending, _) = self.pending.remove(id).ok_or("no such held request")?;
@@ -241,6 +241,11 @@ impl Run {
             peer: Some(peer),
             caller: caller.as_ref(),
         };
+        if step.get("shed").and_then(Value::as_bool) == Some(true) {
+            // The driver sheds the request before deciding it: no store call at all.
+            let verdict = self.engine.shed(&req);
+            return self.check_verdict(step, &verdict, &Script::new(None));
+        }
         let started = self.now;
         let (mut pending, first) = self.engine.begin(&req, self.now());
         if let Some(id) = step.get("hold").and_then(Value::as_str) {
@@ -254,7 +259,7 @@ impl Run {
         let mut script = Script::new(step.get("store"));
         let verdict = self.drive(&mut pending, first, &mut script)?;
         script.done()?;
-        self.check_verdict(step, &verdict, &mut pending, &script)?;
+        self.check_verdict(step, &verdict, &script)?;
         if let Some(id) = step.get("id").and_then(Value::as_str) {
             self.leases
                 .insert(id.to_string(), (pending.holdings(), started));
@@ -306,14 +311,7 @@ impl Run {
         }
     }
 
-    fn check_verdict(
-        &mut self,
-        step: &Value,
-        v: &Verdict,
-        pending: &mut Pending,
-        script: &Script,
-    ) -> R<()> {
-        let _ = pending;
+    fn check_verdict(&mut self, step: &Value, v: &Verdict, script: &Script) -> R<()> {
         let Some(want) = step.get("expect") else {
             return Ok(());
         };

@@ -11,6 +11,12 @@ export declare class Engine {
   /** Whether a route names the request (an application's caller lookup runs only then). */
   routed(method: string, path: string): boolean
   begin(request: RequestIn, headers: object, nowUs: number): Pending
+  /**
+   * The verdict for a request the driver sheds before deciding it, its own process being
+   * saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
+   * breaker failure. A request no route matches passes.
+   */
+  shed(request: RequestIn, headers: object): VerdictOut
   /** Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`. */
   storeMode(mode: string): void
   /** The events recorded since the last call (with `events: true`), oldest first. */
@@ -143,7 +149,7 @@ export interface TableSizes {
 }
 
 export interface VerdictOut {
-  /** `admit`, `refuse`, `unavailable` or `error`. */
+  /** `admit`, `refuse`, `unavailable`, `error`, `reject` or `shed`. */
   kind: string
   outcome?: string
   /** 429, 503 or 500 when the gateway answers itself; null when the request goes on. */

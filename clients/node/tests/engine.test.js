@@ -196,8 +196,13 @@ class Run {
   request(r, step) {
     const started = this.now;
     const headers = Object.fromEntries(Object.entries(r.headers ?? {}).map(([k, v]) => [k, headerValue(v)]));
-    const pending = this.engine.begin({ method: r.method ?? 'GET', path: r.path, peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined },
-      headers, this.now);
+    const request = { method: r.method ?? 'GET', path: r.path, peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined };
+    if (step.shed) {
+      // The driver sheds the request before deciding it: no store call at all.
+      this.checkVerdict(step.expect, this.engine.shed(request, headers), new Script(undefined));
+      return;
+    }
+    const pending = this.engine.begin(request, headers, this.now);
     const first = pending.first();
     if (step.hold !== undefined) {
       // Held after its first step, unanswered: the next requests run beside it.

@@ -22,13 +22,18 @@ class Call:
         """The keys the command touches (none for WAIT): what a script-mode EVALSHA declares."""
 
 class Answer:
-    """A call's end that is not a reply to read: made by `timeout`, `failed` and `error`."""
+    """A call's end that is not a reply to read: made by `timeout`, `failed`, `overloaded` and
+    `error`."""
 
 def timeout() -> Answer:
     """No reply by the step's deadline."""
 
 def failed(message: str) -> Answer:
     """No reply at all: the store could not answer (I/O, LOADING, BUSY, ...)."""
+
+def overloaded() -> Answer:
+    """The driver could not wait for the reply, its own process being saturated (an event loop
+    running late): the request is shed with 503, and the breaker does not count it."""
 
 def error(text: str) -> Answer:
     """A server error reply that refuses the call, its code first (`ERR ...`)."""
@@ -58,7 +63,7 @@ class Verdict:
         """None when the request goes on; otherwise 429, 503, 500 or 431."""
     @property
     def kind(self) -> str:
-        """`admit`, `refuse`, `unavailable`, `error` or `reject`."""
+        """`admit`, `refuse`, `unavailable`, `error`, `reject` or `shed`."""
     @property
     def outcome(self) -> Optional[str]: ...
     @property
@@ -110,6 +115,11 @@ class Engine:
               peer: Optional[str], now: int, user: Optional[str] = None,
               tenant: Optional[str] = None) -> Tuple[Pending, Step]: ...
     def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
+    def shed(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
+             peer: Optional[str], user: Optional[str] = None,
+             tenant: Optional[str] = None) -> Verdict:
+        """A request shed before it is decided (the process is saturated): 503, counted
+        `shed`, no store call; a request no route matches passes."""
     def reload(self, policy: str) -> int: ...
     @property
     def policy_version(self) -> int: ...

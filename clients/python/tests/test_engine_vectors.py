@@ -201,7 +201,8 @@ class Script:
             return engine.error(entry["error"]), advance
         fail = entry.get("fail")
         assert fail is not None, f"script entry {entry} gives no answer"
-        return (engine.timeout() if fail == "timeout" else engine.failed(fail)), advance
+        answers = {"timeout": engine.timeout, "overloaded": engine.overloaded}
+        return (answers[fail]() if fail in answers else engine.failed(fail)), advance
 
     def done(self):
         assert self.next == len(self.entries), \
@@ -277,6 +278,13 @@ class Run:
             for one in v if isinstance(v, list) else [v]:
                 headers.append((name.encode(), value_bytes(one)))
         caller = r.get("caller") or {}
+        if step.get("shed"):
+            # The driver sheds the request before deciding it: no store call at all.
+            verdict = self.engine.shed(r.get("method", "GET"), r["path"], headers,
+                                       r.get("peer", "192.0.2.1"), caller.get("user"),
+                                       caller.get("tenant"))
+            self.check_verdict(step, verdict, Script(None))
+            return
         started = self.now
         pending, first = self.engine.begin(r.get("method", "GET"), r["path"], headers,
                                            r.get("peer", "192.0.2.1"), self.now,

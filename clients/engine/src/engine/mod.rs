@@ -81,6 +81,10 @@ pub enum Answer {
     Timeout,
     /// No reply at all: a refused or dropped connection, an I/O error.
     Failed(String),
+    /// The driver could not wait for the reply because its own process is saturated (an
+    /// event loop running later than the deadline), not because the store is slow: the
+    /// request is shed with 503 and the breaker does not count it.
+    Overloaded,
 }
 
 /// What the driver does next.
@@ -220,6 +224,17 @@ impl Engine {
     /// step.
     pub fn resume(&self, pending: &mut Pending, answers: Vec<Answer>, now: Instant) -> Step {
         pending.resume(answers, now)
+    }
+
+    /// The verdict for a request the driver sheds before deciding it, because its own process
+    /// is saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
+    /// breaker failure. A request no route matches passes, as it would anyway.
+    pub fn shed(&self, request: &Request<'_>) -> Verdict {
+        let policy = self.shared.policy.load_full();
+        match policy.route(request.method, request.path) {
+            Some(route) => self.shared.shed(&policy, route),
+            None => Verdict::pass(policy.version),
+        }
     }
 
     /// Local entries held now: negative cache, chunks, fallback limiters (for memory bounds).

@@ -23,6 +23,9 @@ pub enum VerdictKind {
     /// The module refused a store call (`ERR`, `WRONGTYPE`, `CROSSSLOT`): a bug in the policy
     /// or the deployment, answered 500. Never the posture, never the breaker.
     Error,
+    /// The gateway itself is saturated and shed the request (503): the driver's overload,
+    /// not the store's failure; no posture and no breaker failure.
+    Shed,
     /// The request cannot be decided as sent (431: an identity value over 256 bytes): the
     /// caller's to fix, answered before any store call.
     Reject,
@@ -242,6 +245,29 @@ impl Shared {
             problem: Some(problem::store_refused(&error.to_string())),
             log,
             ..ctx.base(VerdictKind::Error, Outcome::Error)
+        }
+    }
+
+    /// A 503 for the gateway's own overload: each rule of the route counted `shed`, and
+    /// `Retry-After` a jittered second, the time a saturated process needs to drain.
+    pub(crate) fn shed(&self, policy: &Policy, route: &Route) -> Verdict {
+        for rule in route.rules.iter().filter(|r| !r.shadow) {
+            self.metrics.record(Event::Decision {
+                route: route.name(),
+                rule: &rule.name,
+                outcome: Outcome::Shed,
+            });
+        }
+        let seconds =
+            headers::retry_after_seconds(1000, policy.retry_after_jitter, self.rng.f64()).max(1);
+        Verdict {
+            kind: VerdictKind::Shed,
+            outcome: Some(Outcome::Shed),
+            status: Some(503),
+            headers: vec![(RETRY_AFTER, seconds.to_string())],
+            problem: Some(problem::gateway_overloaded()),
+            route: Some(route.name().to_string()),
+            ..Verdict::pass(policy.version)
         }
     }
 

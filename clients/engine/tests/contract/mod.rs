@@ -85,6 +85,7 @@ impl Script {
         } else {
             match entry.get("fail").and_then(Value::as_str) {
                 Some("timeout") => Answer::Timeout,
+                Some("overloaded") => Answer::Overloaded,
                 Some(other) => Answer::Failed(other.to_string()),
                 None => return Err(format!("script entry {entry} gives no answer")),
             }

@@ -3,7 +3,7 @@
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use rl_engine::{Answer, Call, Instant, Reply, Step};
+use rl_engine::{Answer, Call, Instant, Reply, Step, Verdict};
 use serde_json::Value;
 
 pub(crate) fn instant(us: f64) -> Instant {
@@ -48,7 +48,7 @@ pub struct LogOut {
 
 #[napi(object)]
 pub struct VerdictOut {
-    /// `admit`, `refuse`, `unavailable` or `error`.
+    /// `admit`, `refuse`, `unavailable`, `error`, `reject` or `shed`.
     pub kind: String,
     pub outcome: Option<String>,
     /// 429, 503 or 500 when the gateway answers itself; null when the request goes on.
@@ -91,34 +91,38 @@ pub(crate) fn step_out(step: Step) -> StepOut {
             ..empty("wait")
         },
         Step::Done(v) => StepOut {
-            verdict: Some(VerdictOut {
-                kind: format!("{:?}", v.kind).to_lowercase(),
-                outcome: v.outcome.map(|o| o.name().to_string()),
-                status: v.status.map(u32::from),
-                headers: v
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| vec![k.to_string(), v])
-                    .collect(),
-                problem: v.problem.map(|p| p.body),
-                route: v.route,
-                policy_version: v.policy_version as f64,
-                background: calls_out(v.background),
-                log: v
-                    .log
-                    .into_iter()
-                    .map(|r| LogOut {
-                        level: format!("{:?}", r.level).to_lowercase(),
-                        message: r.message.to_string(),
-                        route: r.route,
-                        rule: r.rule,
-                        policy_version: r.policy_version as f64,
-                        outcome: r.outcome.to_string(),
-                    })
-                    .collect(),
-            }),
+            verdict: Some(verdict_out(v)),
             ..empty("done")
         },
+    }
+}
+
+pub(crate) fn verdict_out(v: Verdict) -> VerdictOut {
+    VerdictOut {
+        kind: format!("{:?}", v.kind).to_lowercase(),
+        outcome: v.outcome.map(|o| o.name().to_string()),
+        status: v.status.map(u32::from),
+        headers: v
+            .headers
+            .into_iter()
+            .map(|(k, v)| vec![k.to_string(), v])
+            .collect(),
+        problem: v.problem.map(|p| p.body),
+        route: v.route,
+        policy_version: v.policy_version as f64,
+        background: calls_out(v.background),
+        log: v
+            .log
+            .into_iter()
+            .map(|r| LogOut {
+                level: format!("{:?}", r.level).to_lowercase(),
+                message: r.message.to_string(),
+                route: r.route,
+                rule: r.rule,
+                policy_version: r.policy_version as f64,
+                outcome: r.outcome.to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -192,7 +196,8 @@ pub(crate) fn json_of(r: Reply) -> Value {
     }
 }
 
-/// `{"reply": v}`, `{"error": text}` (a server error), `{"fail": "timeout"}` or
+/// `{"reply": v}`, `{"error": text}` (a server error), `{"fail": "timeout"}`,
+/// `{"fail": "overloaded"}` (the driver's own saturation kept it from waiting) or
 /// `{"fail": text}` (no answer: a refused or dropped connection).
 pub(crate) fn answer_of(v: &Value) -> Answer {
     if let Some(r) = v.get("reply") {
@@ -203,6 +208,7 @@ pub(crate) fn answer_of(v: &Value) -> Answer {
     }
     match v.get("fail").and_then(Value::as_str) {
         Some("timeout") | None => Answer::Timeout,
+        Some("overloaded") => Answer::Overloaded,
         Some(other) => Answer::Failed(other.to_string()),
     }
 }

@@ -2,7 +2,7 @@
 //! JavaScript driver (`src/gateway/`) sends the calls the engine asks for with the
 //! application's Redis client and hands the answers back. Replies and answers cross in the
 //! JSON shapes of `clients/vectors/README.md` (`{"reply": v}`, `{"error": text}`,
-//! `{"fail": "timeout" | text}`), so the driver, the scenarios and the memory store speak one
+//! `{"fail": "timeout" | "overloaded" | text}`), so the driver, the scenarios and the memory store speak one
 //! format.
 
 use std::sync::Arc;
@@ -18,7 +18,8 @@ mod convert;
 mod events;
 
 use convert::{
-    answer_of, calls_out, instant, json_of, read_headers, reason, step_out, CallOut, StepOut,
+    answer_of, calls_out, instant, json_of, read_headers, reason, step_out, verdict_out, CallOut,
+    StepOut, VerdictOut,
 };
 use events::{EventOut, Queue};
 
@@ -119,32 +120,22 @@ impl Engine {
 
     #[napi]
     pub fn begin(&self, request: RequestIn, headers: Object, now_us: f64) -> Result<Pending> {
-        let headers = read_headers(&headers, request.latin1.unwrap_or(false))?;
-        // A peer that is no address (a Unix socket) leaves the caller's IP unknown.
-        let peer = request.peer.as_deref().and_then(|p| {
-            p.strip_prefix("::ffff:")
-                .filter(|v4| v4.contains('.'))
-                .unwrap_or(p)
-                .parse()
-                .ok()
-        });
-        let caller = request.caller.map(|c| Caller {
-            user: c.user,
-            tenant: c.tenant,
-        });
-        let req = Request {
-            method: &request.method,
-            path: &request.path,
-            headers: &headers,
-            peer,
-            caller: caller.as_ref(),
-        };
-        let (pending, step) = self.engine.begin(&req, instant(now_us));
+        let (pending, step) = with_request(request, &headers, |req| {
+            self.engine.begin(req, instant(now_us))
+        })?;
         Ok(Pending {
             engine: self.engine.clone(),
             pending,
             first: Some(step),
         })
+    }
+
+    /// The verdict for a request the driver sheds before deciding it, its own process being
+    /// saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
+    /// breaker failure. A request no route matches passes.
+    #[napi]
+    pub fn shed(&self, request: RequestIn, headers: Object) -> Result<VerdictOut> {
+        with_request(request, &headers, |req| verdict_out(self.engine.shed(req)))
     }
 
     /// Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`.
@@ -183,6 +174,34 @@ impl Engine {
             fallback: n(fallback),
         }
     }
+}
+
+/// Runs `f` on the engine's view of a request and its headers.
+fn with_request<T>(
+    request: RequestIn,
+    headers: &Object,
+    f: impl FnOnce(&Request<'_>) -> T,
+) -> Result<T> {
+    let headers = read_headers(headers, request.latin1.unwrap_or(false))?;
+    // A peer that is no address (a Unix socket) leaves the caller's IP unknown.
+    let peer = request.peer.as_deref().and_then(|p| {
+        p.strip_prefix("::ffff:")
+            .filter(|v4| v4.contains('.'))
+            .unwrap_or(p)
+            .parse()
+            .ok()
+    });
+    let caller = request.caller.map(|c| Caller {
+        user: c.user,
+        tenant: c.tenant,
+    });
+    Ok(f(&Request {
+        method: &request.method,
+        path: &request.path,
+        headers: &headers,
+        peer,
+        caller: caller.as_ref(),
+    }))
 }
 
 /// One request being decided.

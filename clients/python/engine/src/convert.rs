@@ -59,8 +59,8 @@ pub fn calls(py: Python<'_>, cs: Vec<EngineCall>) -> PyResult<Py<PyList>> {
     Ok(PyList::new(py, items)?.unbind())
 }
 
-/// How a call ended when it gave no reply to read: made by `timeout()`, `failed(text)` and
-/// `error(text)`, handed to `resume` in the reply's place.
+/// How a call ended when it gave no reply to read: made by `timeout()`, `failed(text)`,
+/// `overloaded()` and `error(text)`, handed to `resume` in the reply's place.
 #[pyclass(frozen, module = "redis_rl_engine")]
 pub struct Answer {
     pub inner: EngineAnswer,
@@ -93,6 +93,15 @@ pub fn timeout() -> Answer {
 pub fn failed(message: String) -> Answer {
     Answer {
         inner: EngineAnswer::Failed(message),
+    }
+}
+
+/// The driver could not wait for the reply because its own process is saturated (its event
+/// loop ran later than the deadline): the request is shed, and the breaker does not count it.
+#[pyfunction]
+pub fn overloaded() -> Answer {
+    Answer {
+        inner: EngineAnswer::Overloaded,
     }
 }
 

@@ -128,6 +128,34 @@ impl Engine {
         Ok((Pending { inner: pending }, step_to_py(py, step)?))
     }
 
+    /// The verdict for a request the driver sheds before deciding it, its own process being
+    /// saturated: 503 with the gateway's own reason, counted `shed`, no store call, no breaker
+    /// failure. A request no route matches passes.
+    #[pyo3(signature = (method, path, headers, peer, user = None, tenant = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn shed(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        path: &str,
+        headers: &Bound<'_, PyAny>,
+        peer: Option<&str>,
+        user: Option<String>,
+        tenant: Option<String>,
+    ) -> PyResult<Verdict> {
+        let headers = Pairs::of(headers)?;
+        let peer: Option<IpAddr> = peer.and_then(|p| p.parse().ok());
+        let caller = (user.is_some() || tenant.is_some()).then_some(Caller { user, tenant });
+        let request = Request {
+            method,
+            path,
+            headers: &headers,
+            peer,
+            caller: caller.as_ref(),
+        };
+        verdict(py, self.inner.shed(&request))
+    }
+
     /// Feeds the answers to the last step's calls (a reply as redis-py returned it, or an
     /// `Answer`; none after a `Wait`) and gives the next step.
     fn resume(
@@ -427,6 +455,7 @@ fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
         rl_engine::VerdictKind::Unavailable => "unavailable",
         rl_engine::VerdictKind::Error => "error",
         rl_engine::VerdictKind::Reject => "reject",
+        rl_engine::VerdictKind::Shed => "shed",
     };
     Ok(Verdict {
         status: v.status,
@@ -483,6 +512,7 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MemoryStore>()?;
     m.add_function(wrap_pyfunction!(convert::timeout, m)?)?;
     m.add_function(wrap_pyfunction!(convert::failed, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::overloaded, m)?)?;
     m.add_function(wrap_pyfunction!(convert::error, m)?)?;
     m.add("InvalidPolicy", m.py().get_type::<InvalidPolicy>())?;
     m.add("PROBLEM_CONTENT_TYPE", PROBLEM_CONTENT_TYPE)?;

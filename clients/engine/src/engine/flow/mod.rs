@@ -8,6 +8,7 @@ mod answers;
 mod calls;
 
 use std::collections::HashMap;
+use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,6 +94,25 @@ pub struct Pending {
     answer: Outcomes,
 }
 
+/// The reservation id of a request that sent `Idempotency-Key`: the key scoped to the tenant
+/// and the route, so one tenant's key never answers for another's request nor one route's for
+/// another's, and hashed, so a key of any length the header allows is a valid id (the module
+/// takes 1 to 256 bytes). 128 bits of SHA-1 in hex: the shape of a drawn id. Each part is
+/// length-prefixed, so no two (tenant, route, key) triples hash the same bytes.
+pub(crate) fn idempotency_id(tenant: Option<&[u8]>, route: &str, key: &[u8]) -> Vec<u8> {
+    let mut hash = sha1_smol::Sha1::new();
+    for part in [tenant.unwrap_or_default(), route.as_bytes(), key] {
+        hash.update(&(part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    let digest = hash.digest().bytes();
+    let mut id = String::with_capacity(32);
+    for b in digest.iter().take(16) {
+        let _ = write!(id, "{b:02x}");
+    }
+    id.into_bytes()
+}
+
 impl Pending {
     pub(super) fn begin(
         shared: Arc<Shared>,
@@ -162,13 +182,13 @@ impl Pending {
             .collect();
         let sample = pending.shared.options.log_sample;
         let sampled = sample > 0.0 && pending.shared.rng.f64() < sample;
-        // The reservation id, for `settle` rules only: the caller's key, or one drawn when a
-        // reservation is first made.
+        // The reservation id, for `settle` rules only: the caller's key hashed with its tenant
+        // and route, or one drawn when a reservation is first made.
         pending.id = request
             .headers
             .first(IDEMPOTENCY_KEY)
             .filter(|v| !v.is_empty())
-            .map(<[u8]>::to_vec)
+            .map(|key| idempotency_id(tenant, route.name(), key))
             .unwrap_or_default();
         let ctx = Ctx {
             policy,
@@ -246,10 +266,13 @@ impl Pending {
                     self.refill_ended(&expect);
                     return self.failed(CallResult::Timeout, now);
                 }
-                Answer::Failed(e) => {
+                Answer::Failed(_) => {
                     self.refill_ended(&expect);
-                    let _ = e;
                     return self.failed(CallResult::Error, now);
+                }
+                Answer::Overloaded => {
+                    self.refill_ended(&expect);
+                    return self.shed();
                 }
             };
             match self.take_reply(expect, reply, now) {
@@ -409,6 +432,24 @@ impl Pending {
             return Step::Done(super::Verdict::pass(0));
         };
         let mut verdict = self.shared.posture(ctx, now);
+        verdict.background = background;
+        Step::Done(verdict)
+    }
+
+    /// The driver could not wait for a reply (its own overload): shed, with what was taken
+    /// given back as after a failure, and the breaker's ticket returned without an outcome,
+    /// since the store may well have answered in time.
+    fn shed(&mut self) -> Step {
+        if let Some(ticket) = self.ticket.take() {
+            self.shared.breaker.abandon(ticket);
+        }
+        self.give_back();
+        self.phase = Phase::Done;
+        let background = self.undo(false);
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Step::Done(super::Verdict::pass(0));
+        };
+        let mut verdict = self.shared.shed(&ctx.policy, &ctx.route);
         verdict.background = background;
         Step::Done(verdict)
     }

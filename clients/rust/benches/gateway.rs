@@ -197,9 +197,10 @@ async fn offer(
                         let counter = match verdict.kind {
                             VerdictKind::Admit => &tally.admitted,
                             VerdictKind::Refuse => &tally.refused,
-                            VerdictKind::Unavailable | VerdictKind::Error | VerdictKind::Reject => {
-                                &tally.unavailable
-                            }
+                            VerdictKind::Unavailable
+                            | VerdictKind::Error
+                            | VerdictKind::Reject
+                            | VerdictKind::Shed => &tally.unavailable,
                         };
                         counter.fetch_add(1, Ordering::Relaxed);
                     }

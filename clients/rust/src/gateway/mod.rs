@@ -250,7 +250,8 @@ impl<C: RlConnection + 'static> Gateway<C> {
                     step = pending.resume(&self.engine, Vec::new());
                 }
                 Step::Calls { calls, deadline } => {
-                    let answers = send_all(rl, &calls, deadline).await;
+                    let timeout = self.engine.policy().store.timeout;
+                    let answers = send_all(rl, &calls, deadline, timeout).await;
                     step = pending.resume(&self.engine, answers);
                 }
             }
@@ -294,11 +295,15 @@ impl<C: RlConnection + 'static> Drop for Abandon<'_, C> {
 }
 
 /// Sends the calls in order until `deadline`; those not answered by then are timeouts (the
-/// engine counts a missing answer as one).
+/// engine counts a missing answer as one), unless the deadline's timer itself fired late by
+/// a quarter of the store's timeout or more: then this process's runtime was too busy to wait
+/// (its workers saturated by other tasks), the store may well have answered in time, and the
+/// first unanswered call is reported `Overloaded` (shed, and not counted by the breaker).
 async fn send_all<C: RlConnection>(
     rl: &Rl<C>,
     calls: &[Call],
     deadline: rl_engine::Instant,
+    timeout: Duration,
 ) -> Vec<Answer> {
     let mut answers = Vec::with_capacity(calls.len());
     let sending = async {
@@ -306,9 +311,20 @@ async fn send_all<C: RlConnection>(
             answers.push(answer_of(rl.send(&call.args, &call.key).await));
         }
     };
-    let _ = tokio::time::timeout_at(tokio_instant(deadline), sending).await;
+    let at = tokio_instant(deadline);
+    if tokio::time::timeout_at(at, sending).await.is_err() {
+        let late = tokio::time::Instant::now().saturating_duration_since(at);
+        if late >= (timeout / 4).max(MIN_LATENESS) {
+            answers.push(Answer::Overloaded);
+        }
+    }
     answers
 }
+
+/// The least lateness of a deadline's timer taken for the runtime's own overload: tokio's
+/// timers have a millisecond's granularity, and a runtime that is merely busy runs them a few
+/// milliseconds late.
+const MIN_LATENESS: Duration = Duration::from_millis(5);
 
 fn answer_of(result: Result<redis::Value, Error>) -> Answer {
     match result {
@@ -337,7 +353,23 @@ pub(crate) fn background<C: RlConnection + 'static>(rl: &Rl<C>, calls: Vec<Call>
 
 pub(crate) async fn send_each<C: RlConnection>(rl: &Rl<C>, calls: Vec<Call>) {
     for call in calls {
-        let _ = tokio::time::timeout(BACKGROUND_TIMEOUT, rl.send(&call.args, &call.key)).await;
+        let sent = tokio::time::timeout(BACKGROUND_TIMEOUT, rl.send(&call.args, &call.key)).await;
+        // Not sent: a slot held until its lease ends, a reservation left at its estimate. Said
+        // once, with the command's name only (its key is made of identities).
+        let failure = match sent {
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no reply within {BACKGROUND_TIMEOUT:?}"),
+        };
+        let command = call
+            .args
+            .as_slice()
+            .first()
+            .map(|c| String::from_utf8_lossy(c));
+        tracing::warn!(
+            command = command.as_deref().unwrap_or_default(),
+            "a background store call failed: {failure}"
+        );
     }
 }
 

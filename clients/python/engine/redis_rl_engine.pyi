@@ -10,6 +10,9 @@ PROBLEM_CONTENT_TYPE: str
 class InvalidPolicy(Exception):
     """A policy document the engine refused; the message names the bad field's JSON path."""
 
+class StalePolicy(InvalidPolicy):
+    """A valid policy whose version is not higher than the one in force (a reload refused)."""
+
 class Call:
     """One store call: `args`, the module's command (name first); `key`, the key that routes
     it in a cluster."""
@@ -120,7 +123,9 @@ class Engine:
              tenant: Optional[str] = None) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
         `shed`, no store call; a request no route matches passes."""
-    def reload(self, policy: str) -> int: ...
+    def reload(self, policy: str) -> int:
+        """Puts the document in force and returns its version; raises `StalePolicy` for a
+        version not higher than the one in force, `InvalidPolicy` for an invalid document."""
     @property
     def policy_version(self) -> int: ...
     @property

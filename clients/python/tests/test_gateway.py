@@ -302,7 +302,7 @@ async def test_legacy_headers_and_jittered_retry_after(server):
     assert 1790 <= wait <= 2700
 
 
-async def test_reload_refuses_an_older_version(server, tmp_path):
+async def test_reload_answers_409_to_an_older_version_and_400_to_an_invalid_one(server, tmp_path):
     f = tmp_path / "p.json"
     doc = {"version": 3, "rules": RULES, "routes": _routes()}
     f.write_text(json.dumps(doc))
@@ -313,10 +313,15 @@ async def test_reload_refuses_an_older_version(server, tmp_path):
         fresh = await c.post("/-/reload")
         f.write_text("{")
         broken = await c.post("/-/reload")
+        f.write_text(json.dumps(dict(doc, version=5, rules={"user": {"limit": 2}})))
+        invalid = await c.post("/-/reload")
     assert stale.status_code == 409
     assert "policy version 3 is not higher than the version in force, 3" in stale.text
     assert fresh.status_code == 200 and gw.policy_version == 4
-    assert broken.status_code == 409 and gw.policy_version == 4
+    # 409 is for a version not higher; a document that is no policy is the request's fault
+    assert broken.status_code == 400 and broken.text.startswith("invalid policy: ")
+    assert invalid.status_code == 400 and "rules.user" in invalid.text
+    assert gw.policy_version == 4
 
 
 async def test_the_gateway_in_script_mode(plain_server):

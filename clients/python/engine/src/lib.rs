@@ -25,8 +25,18 @@ create_exception!(
     "A policy document the engine refused; the message names the bad field's JSON path."
 );
 
+create_exception!(
+    redis_rl_engine,
+    StalePolicy,
+    InvalidPolicy,
+    "A valid policy whose version is not higher than the one in force (a reload refused)."
+);
+
 fn policy_error(e: PolicyError) -> PyErr {
-    InvalidPolicy::new_err(e.to_string())
+    match e {
+        PolicyError::Stale { .. } => StalePolicy::new_err(e.to_string()),
+        e => InvalidPolicy::new_err(e.to_string()),
+    }
 }
 
 /// ASGI headers as they come: (name, value) pairs of bytes, names in any case.
@@ -176,7 +186,8 @@ impl Engine {
     }
 
     /// Puts a new policy document in force, unless its version is not higher than the one in
-    /// force (`InvalidPolicy`; the policy in force stays). Returns the new version.
+    /// force (`StalePolicy`) or it is invalid (`InvalidPolicy`); the policy in force stays.
+    /// Returns the new version.
     fn reload(&self, policy: &str) -> PyResult<u64> {
         let policy = Policy::from_json(policy).map_err(policy_error)?;
         let policy = self.inner.reload(policy).map_err(policy_error)?;
@@ -515,6 +526,7 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::overloaded, m)?)?;
     m.add_function(wrap_pyfunction!(convert::error, m)?)?;
     m.add("InvalidPolicy", m.py().get_type::<InvalidPolicy>())?;
+    m.add("StalePolicy", m.py().get_type::<StalePolicy>())?;
     m.add("PROBLEM_CONTENT_TYPE", PROBLEM_CONTENT_TYPE)?;
     Ok(())
 }

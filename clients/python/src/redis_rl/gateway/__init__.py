@@ -10,7 +10,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "(from the repository: pip install ./clients/python/engine './clients/python[gateway]')"
     ) from exc
 
-from redis_rl_engine import InvalidPolicy
+from redis_rl_engine import InvalidPolicy, StalePolicy
 
 from .asgi import RateLimited, RateLimitMiddleware, dependency, install
 from .driver import Gateway, Outcome
@@ -24,6 +24,7 @@ __all__ = [
     "RateLimitMiddleware",
     "RateLimited",
     "RetryTransport",
+    "StalePolicy",
     "dependency",
     "install",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from redis_rl_engine import InvalidPolicy
+from redis_rl_engine import InvalidPolicy, StalePolicy
 
 from .driver import Gateway, Outcome
 
@@ -48,8 +48,9 @@ class RateLimitMiddleware:
     `RateLimitMiddleware(app, gateway)` around any ASGI app.
 
     `health_path` is answered here, never asking the store; `metrics_path` serves Prometheus
-    text; `reload_path` (POST) re-reads the policy file (409 when refused). Leave any of them
-    None to pass those paths to the app."""
+    text; `reload_path` (POST) re-reads the policy file (409 for a version not higher than the
+    one in force, 400 for an invalid document). Leave any of them None to pass those paths to
+    the app."""
 
     def __init__(self, app, gateway: Gateway, health_path: str | None = None,
                  metrics_path: str | None = None, reload_path: str | None = None):
@@ -85,8 +86,10 @@ class RateLimitMiddleware:
             try:
                 version = self.gateway.reload()
                 await _plain(send, 200, f"policy version {version}\n".encode(), "text/plain")
-            except InvalidPolicy as exc:
+            except StalePolicy as exc:
                 await _plain(send, 409, f"{exc}\n".encode(), "text/plain")
+            except InvalidPolicy as exc:
+                await _plain(send, 400, f"{exc}\n".encode(), "text/plain")
             return
         outcome = await self.gateway.decide(method, path, scope.get("headers", []),
                                             _peer(scope), request=scope)

@@ -253,8 +253,9 @@ class Gateway:
             log.warning("rate limiter store not ready at startup: %r", exc)
 
     def reload(self) -> int:
-        """Re-reads the policy file and returns the version now in force; raises InvalidPolicy
-        when refused (a version not higher, a bad document: the policy in force stays)."""
+        """Re-reads the policy file and returns the version now in force; raises StalePolicy
+        for a version not higher than the one in force and InvalidPolicy for a bad document
+        (the policy in force stays)."""
         if self._file is None:
             raise InvalidPolicy("the policy was not read from a file")
         return self.engine.reload(_read(self._file))

@@ -19,20 +19,30 @@ from .client import AsyncClient
 from .gateway import Gateway, InvalidPolicy, RateLimitMiddleware
 
 
+def _number(query: dict[str, list[str]], name: str) -> int | None:
+    """A query parameter of ASCII digits ("\u00b2".isdigit() is true, and int() refuses it)."""
+    value = query.get(name, [""])[0]
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 async def backend(scope, receive, send):
     """200 with a small JSON body; waits ?ms=N; reports X-Actual-Cost for ?units=N; POST /login
     is 401 unless X-Password: ok (a failed attempt has already counted against the IP rule)."""
-    query = parse_qs(scope.get("query_string", b"").decode())
-    headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-    if "ms" in query and query["ms"][0].isdigit():
-        await asyncio.sleep(int(query["ms"][0]) / 1000)
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    # Header values are bytes, not always UTF-8.
+    headers = {k.lower(): v for k, v in scope.get("headers", [])}
+    ms = _number(query, "ms")
+    if ms is not None:
+        await asyncio.sleep(ms / 1000)
     status = 200
-    if scope["method"] == "POST" and scope["path"] == "/login" and headers.get("x-password") != "ok":
+    login = scope["method"] == "POST" and scope["path"] == "/login"
+    if login and headers.get(b"x-password") != b"ok":
         status = 401
     body = json.dumps({"ok": status == 200, "path": scope["path"]}).encode()
     out = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if "units" in query and query["units"][0].isdigit():
-        out.append((b"x-actual-cost", query["units"][0].encode()))
+    units = _number(query, "units")
+    if units is not None:
+        out.append((b"x-actual-cost", str(units).encode()))
     await send({"type": "http.response.start", "status": status, "headers": out})
     await send({"type": "http.response.body", "body": body})
 
@@ -52,15 +62,23 @@ async def serve(args) -> None:
     import uvicorn
 
     host, _, port = args.listen.rpartition(":")
-    sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose protocol says TCP, and
+    # accepted sockets take the listener's. Without it every keep-alive answer (head and body
+    # written apart) waited for the caller's delayed ACK, 40 ms.
+    sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET,
+                         socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), int(port)))
     app = build(args.redis, args.policy, args.cluster)
-    # uvicorn runs without lifespan here: the mode detection (and a cluster's slot map) is done
-    # now, not under the first request's deadline.
-    await app.gateway.prepare()
+    # uvicorn runs without lifespan here: the mode detection (and a cluster's slot map) starts
+    # now, beside the server's startup, so it is rarely left to the first request's deadline;
+    # a store that is down or does not answer never holds the listening socket back.
+    preparing = asyncio.ensure_future(app.gateway.prepare())
+    # proxy_headers off: uvicorn would otherwise put X-Forwarded-For's address in the peer (it
+    # trusts 127.0.0.1 by default), and the gateway, which walks X-Forwarded-For itself as the
+    # policy's trusted_proxies say, would take a caller's header for its address.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                           access_log=False))
+                                           access_log=False, proxy_headers=False))
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
@@ -70,6 +88,7 @@ async def serve(args) -> None:
     bound = sock.getsockname()
     print(f"listening on {host}:{bound[1]}", flush=True)
     await task
+    preparing.cancel()
 
 
 def main(argv=None) -> int:

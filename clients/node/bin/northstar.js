@@ -27,14 +27,22 @@ function parseArgs(argv) {
   return args;
 }
 
+// ioredis backs off to 2 s between reconnection attempts; a quarter of a second at most keeps
+// decisions going back to the store within breaker.open plus a second of its return.
+const reconnect = (times) => Math.min(times * 50, 250);
+
+// How long the gateway waits for its store before listening without it: a store that is up is
+// used from the first request, one that is down leaves the routes to their postures.
+const START_WAIT_MS = 1000;
+
 // A posture needs calls to fail while the store is away, not wait in a queue and replay.
 function connect(url, cluster) {
-  const options = { enableOfflineQueue: false, maxRetriesPerRequest: 0 };
   const client = cluster
-    ? new Redis.Cluster([url], { enableOfflineQueue: false, redisOptions: { maxRetriesPerRequest: 0 } })
-    : new Redis(url, options);
+    ? new Redis.Cluster([url], { enableOfflineQueue: false, clusterRetryStrategy: reconnect,
+      redisOptions: { maxRetriesPerRequest: 0 } })
+    : new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: reconnect });
   client.on('error', () => {});
-  return new Promise((resolve) => client.once('ready', () => resolve(client)));
+  return client;
 }
 
 // The stub backend: 200 with a small JSON body; ?ms=N waits N ms, ?units=N reports
@@ -53,8 +61,12 @@ async function stub(req, res) {
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const policies = PolicyStore.fromFile(args.policy);
-  const [store, durableStore] = await Promise.all([connect(args.redis, args.cluster), connect(args.redis, args.cluster)]);
-  const gateway = new Gateway({ store, durableStore, policy: policies });
+  const clients = [connect(args.redis, args.cluster), connect(args.redis, args.cluster)];
+  let waited;
+  await Promise.race([Promise.all(clients.map((c) => new Promise((r) => c.once('ready', r)))),
+    new Promise((r) => { waited = setTimeout(r, START_WAIT_MS); })]);
+  clearTimeout(waited);
+  const gateway = new Gateway({ store: clients[0], durableStore: clients[1], policy: policies });
   const app = express();
   app.set('trust proxy', false);
   app.get('/healthz', (req, res) => res.type('text/plain').send('ok\n'));

@@ -1,4 +1,5 @@
-// clients/node/northstar, run as an operator runs it, in front of a real server and a cluster.
+// clients/node/northstar, run as an operator runs it, in front of a real server and a cluster,
+// and as a failing store meets it (clients/CONTRACT.md section 12).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -6,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
-import { Cluster, Server } from './support/server.js';
+import { Cluster, freePort, Server } from './support/server.js';
 
 const NORTHSTAR = join(dirname(fileURLToPath(import.meta.url)), '..', 'northstar');
 const SHIPPED = JSON.parse(readFileSync(join(dirname(NORTHSTAR), 'northstar.policy.json'), 'utf8'));
@@ -18,25 +19,57 @@ after(() => {
   for (const child of running) child.kill('SIGKILL');
 });
 
-// Starts northstar on a fresh copy of the policy; resolves once it printed `listening on ADDR`.
-function northstar(redis, cluster) {
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts northstar on a fresh copy of `document`; resolves once it printed `listening on ADDR`,
+// which it must do within 20 s whether or not its store answers.
+function northstar(redis, { cluster = false, document = POLICY } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'northstar-'));
   const policy = join(dir, 'policy.json');
-  writeFileSync(policy, JSON.stringify(POLICY));
+  writeFileSync(policy, JSON.stringify(document));
   const args = ['--redis', redis, '--listen', '127.0.0.1:0', '--policy', policy, ...(cluster ? ['--cluster'] : [])];
   const child = spawn(NORTHSTAR, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   running.add(child);
+  const stop = () => { child.kill('SIGKILL'); running.delete(child); };
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';
+    const late = setTimeout(() => {
+      stop();
+      reject(new Error(`northstar did not print "listening on" within 20 s: ${err}`));
+    }, 20_000);
     child.stderr.on('data', (d) => { err += d; });
     child.stdout.on('data', (d) => {
       out += d;
       const m = /^listening on (\S+)$/m.exec(out);
-      if (m) resolve({ url: `http://${m[1]}`, policy, stop: () => { child.kill('SIGKILL'); running.delete(child); } });
+      if (m) {
+        clearTimeout(late);
+        resolve({ url: `http://${m[1]}`, port: Number(m[1].split(':').pop()), policy, stderr: () => err, stop });
+      }
     });
-    child.once('exit', (code) => reject(new Error(`northstar exited ${code}: ${err}`)));
+    child.once('exit', (code) => {
+      clearTimeout(late);
+      reject(new Error(`northstar exited ${code}: ${err}`));
+    });
   });
+}
+
+const checkout = (ns, user) => fetch(`${ns.url}/checkout`, { method: 'POST', headers: { 'x-tenant': 'acme', 'x-user': user } });
+
+async function metric(ns, series) {
+  const text = await (await fetch(`${ns.url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+// POST /checkout until one is admitted, for at most `ms`; the time it took, or null.
+async function admittedWithin(ns, ms) {
+  const started = Date.now();
+  for (let i = 0; Date.now() - started < ms; i++) {
+    if ((await checkout(ns, `back-${i}`)).status === 200) return Date.now() - started;
+    await sleep(25);
+  }
+  return null;
 }
 
 async function exercise(ns) {
@@ -77,7 +110,7 @@ async function exercise(ns) {
 describe('northstar', () => {
   test('serves the policy in front of one server', async () => {
     const server = await Server.start();
-    const ns = await northstar(server.url, false);
+    const ns = await northstar(server.url);
     try {
       await exercise(ns);
       server.kill();
@@ -95,12 +128,45 @@ describe('northstar', () => {
 
   test('serves the policy in front of a cluster (--cluster)', async () => {
     const cluster = await Cluster.start();
-    const ns = await northstar(cluster.nodes[0].url, true);
+    const ns = await northstar(cluster.nodes[0].url, { cluster: true });
     try {
       await exercise(ns);
     } finally {
       ns.stop();
       await cluster.stop();
+    }
+  });
+
+  // breaker.open is 1 s: decisions go back to Redis within 2 s of its start; 3 s allows for a
+  // loaded machine.
+  test('listens and serves its postures while Redis is down, and uses Redis within breaker.open + 1 s of its start', async (t) => {
+    const port = await freePort();
+    const ns = await northstar(`redis://127.0.0.1:${port}`);
+    let server;
+    try {
+      assert.equal((await fetch(`${ns.url}/healthz`)).status, 200);
+      const deny = await checkout(ns, 'ann');
+      assert.equal(deny.status, 503);
+      assert.match((await deny.json()).detail, /^The rate limiter is unavailable; /);
+      assert.equal((await fetch(`${ns.url}/catalog`, { headers: { 'x-tenant': 'acme', 'x-user': 'ann' } })).status, 200);
+      assert.equal(await metric(ns, 'rl_gateway_decisions_total{route="GET /catalog",rule="read",outcome="fallback_admit"}'), 1);
+      // Down long enough for the client's reconnection attempts to space out.
+      await sleep(2000);
+      server = await Server.start([], { port });
+      const first = await admittedWithin(ns, 3000);
+      assert.ok(first !== null, 'no admission within 3 s of the store\'s start');
+      // The same after a restart of the store under the running gateway.
+      server.kill();
+      await sleep(100);
+      assert.equal((await checkout(ns, 'ann')).status, 503);
+      await sleep(2000);
+      await server.restart();
+      const again = await admittedWithin(ns, 3000);
+      assert.ok(again !== null, 'no admission within 3 s of the store\'s restart');
+      t.diagnostic(`first admission ${first} ms after the store started, ${again} ms after it restarted`);
+    } finally {
+      ns.stop();
+      await server?.stop();
     }
   });
 });

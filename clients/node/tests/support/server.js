@@ -62,9 +62,10 @@ function ping(port) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class Server {
-  static async start(extra = [], { module = !SCRIPT_MODE } = {}) {
+  // `port`: the one to listen on (a gateway may already be trying it), else a free one.
+  static async start(extra = [], { module = !SCRIPT_MODE, port: wanted } = {}) {
     for (let attempt = 0; ; attempt++) {
-      const port = await freePort();
+      const port = wanted ?? (await freePort());
       const dir = mkdtempSync(join(tmpdir(), 'rl-node-'));
       const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no',
         '--enable-debug-command', 'yes', ...extra];

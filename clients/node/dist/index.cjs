@@ -1004,7 +1004,54 @@ var RateLimiterRL = class {
 
 // src/gateway/gateway.js
 var import_node_crypto4 = require("node:crypto");
+var import_node_perf_hooks2 = require("node:perf_hooks");
+
+// src/gateway/lag.js
 var import_node_perf_hooks = require("node:perf_hooks");
+var RESOLUTION_MS = 10;
+var KEPT = 128;
+var LoopLag = class {
+  constructor() {
+    this.at = new Float64Array(KEPT);
+    this.late = new Float64Array(KEPT);
+    this.next = 0;
+    this.due = import_node_perf_hooks.performance.now() + RESOLUTION_MS;
+    this.tick = this.tick.bind(this);
+    setTimeout(this.tick, RESOLUTION_MS).unref();
+  }
+  tick() {
+    const now = import_node_perf_hooks.performance.now();
+    this.at[this.next] = now;
+    this.late[this.next] = Math.max(0, now - this.due);
+    this.next = (this.next + 1) % KEPT;
+    this.due = now + RESOLUTION_MS;
+    setTimeout(this.tick, RESOLUTION_MS).unref();
+  }
+  // The stall under way: how long the tick now due has waited for the loop.
+  stalled() {
+    return Math.max(0, import_node_perf_hooks.performance.now() - this.due);
+  }
+  // How late the loop runs now (ms): the last tick's lateness or the stall under way.
+  current() {
+    return Math.max(this.stalled(), this.late[(this.next + KEPT - 1) % KEPT]);
+  }
+  // The latest the loop ran (ms) since `since` (performance.now() ms), the stall under way
+  // included.
+  since(since) {
+    let worst = this.stalled();
+    for (let n = 1; n <= KEPT; n++) {
+      const i = (this.next + KEPT - n) % KEPT;
+      if (this.at[i] < since) break;
+      worst = Math.max(worst, this.late[i]);
+    }
+    return worst;
+  }
+};
+var shared = null;
+function loopLag() {
+  shared ??= new LoopLag();
+  return shared;
+}
 
 // src/gateway/native.js
 var import_node_module = require("node:module");
@@ -1076,9 +1123,12 @@ function readPolicy(file) {
 
 // src/gateway/gateway.js
 var BACKGROUND_TIMEOUT_MS = 1e3;
+var OVERLOADED_SHARE = 0.25;
+var OVERLOADED = { fail: "overloaded" };
+var SHED_DEADLINES = 2;
 var WALL_US = Date.now() * 1e3;
-var MONO_MS = import_node_perf_hooks.performance.now();
-var nowUs = () => Math.floor(WALL_US + (import_node_perf_hooks.performance.now() - MONO_MS) * 1e3);
+var MONO_MS = import_node_perf_hooks2.performance.now();
+var nowUs = () => Math.floor(WALL_US + (import_node_perf_hooks2.performance.now() - MONO_MS) * 1e3);
 var sleep = (ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 var raw = (x) => x;
 function send(rl, call, options) {
@@ -1111,14 +1161,16 @@ function failure(err) {
   if (e.kind === "unavailable") return { fail: e.timeout ? "timeout" : e.message };
   return { error: `ERR ${e.message}` };
 }
-async function sendAll(rl, calls, deadline) {
+async function sendAll(rl, calls, deadline, since, timeoutMs) {
   const answers = [];
   const cancel = { cancelled: false };
+  let taken = false;
   const answerOf = async (call) => {
     try {
       return { reply: wire(await send(rl, call, { cancel })) };
     } catch (err) {
-      return failure(err);
+      const answer = failure(err);
+      return cancel.cancelled && answer.fail !== void 0 ? null : answer;
     }
   };
   const sending = (async () => {
@@ -1126,20 +1178,25 @@ async function sendAll(rl, calls, deadline) {
       answers.push(...calls.map(() => ({ fail: "timeout" })));
       await Promise.all(calls.map(async (call, i) => {
         const answer = await answerOf(call);
-        if (!cancel.cancelled) answers[i] = answer;
+        if (!taken && answer) answers[i] = answer;
       }));
       return;
     }
     for (const call of calls) {
-      const answer = await answerOf(call);
       if (cancel.cancelled) return;
+      const answer = await answerOf(call);
+      if (taken || !answer) return;
       answers.push(answer);
     }
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1e3);
-  await withDeadline(sending, ms, cancel).catch(() => {
-  });
-  return answers.slice();
+  const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
+  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * timeoutMs;
+  if (overloaded) await new Promise((r) => setImmediate(r));
+  taken = true;
+  const got = answers.slice();
+  if (overloaded) while (got.length < calls.length) got.push(OVERLOADED);
+  return got;
 }
 async function sendEach(rl, calls) {
   for (const call of calls) {
@@ -1168,6 +1225,8 @@ var Gateway = class {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.lag = loopLag();
+    this.timeoutMs = null;
     this.rl = this.client(options.store);
     this.durable = options.durableStore ? this.client(options.durableStore) : this.rl;
     this.events();
@@ -1221,35 +1280,51 @@ var Gateway = class {
   // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
   // response ended or was dropped (releases).
   async decide(req) {
-    let caller;
+    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
+      return this.answer(this.engine.shed(request, req.headers));
+    }
     if (this.identify && this.engine.routed(req.method, req.path)) {
       const c = await this.identify(req) ?? {};
-      caller = { user: c.user || void 0, tenant: c.tenant || void 0 };
+      request.caller = { user: c.user || void 0, tenant: c.tenant || void 0 };
     }
+    const since = import_node_perf_hooks2.performance.now();
     const started = nowUs();
-    const pending = this.engine.begin(
-      { method: req.method, path: req.path, latin1: true, peer: req.peer, caller },
-      req.headers,
-      started
-    );
+    const pending = this.engine.begin(request, req.headers, started);
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== "done") {
       if (step.kind === "wait") {
         await sleep((step.until - nowUs()) / 1e3);
+        if (this.overran(started, since)) {
+          sendEach(rl, pending.abandon());
+          return this.answer(this.engine.shed(request, req.headers), rl);
+        }
         step = pending.resume([], nowUs());
       } else {
-        const answers = await sendAll(rl, step.calls, step.deadline);
+        this.timeoutMs = (step.deadline - started) / 1e3;
+        const answers = await sendAll(rl, step.calls, step.deadline, since, this.timeoutMs);
         step = pending.resume(answers, nowUs());
       }
     }
-    const verdict = step.verdict;
+    const decision = this.answer(step.verdict, rl);
+    if (decision?.status !== 200) return decision;
+    return held(decision, rl, pending.holdings(), started);
+  }
+  // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
+  // deadline with the loop running late meanwhile.
+  overran(started, since) {
+    return this.timeoutMs !== null && nowUs() - started >= this.timeoutMs * 1e3 && this.lag.since(since) >= OVERLOADED_SHARE * this.timeoutMs;
+  }
+  // A verdict's background calls sent, its records logged; null when no route matched, else the
+  // gateway's own answer or an admission (status 200).
+  answer(verdict, rl = this.rl) {
     if (verdict.background.length) sendEach(rl, verdict.background);
     this.log(verdict.log);
     this.events();
     if (verdict.route === void 0) return null;
     if (verdict.status !== void 0) return { status: verdict.status, headers: verdict.headers, body: verdict.problem };
-    return held({ status: 200, headers: verdict.headers }, rl, pending.holdings(), started);
+    return { status: 200, headers: verdict.headers };
   }
   // Decision records; never a key or an identity.
   log(records) {

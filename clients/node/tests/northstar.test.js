@@ -1,7 +1,8 @@
 // clients/node/northstar, run as an operator runs it, in front of a real server and a cluster,
-// and as a failing store meets it (clients/CONTRACT.md section 12).
+// and as a failing store and a flood meet it (clients/CONTRACT.md section 12).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -167,6 +168,51 @@ describe('northstar', () => {
     } finally {
       ns.stop();
       await server?.stop();
+    }
+  });
+
+  // With the shipped 50 ms deadline, 200 connections at once saturate the gateway's event loop,
+  // not the store: what the loop could not wait for is its own overload. /checkout decides in
+  // one RL.MULTI; /catalog also spends a grant chunk that the flood's requests wait for.
+  test('a flood of 200 connections with Redis healthy never opens the breaker', async (t) => {
+    const server = await Server.start();
+    const ns = await northstar(server.url, { document: SHIPPED });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
+    const call = (method, path, c) => new Promise((resolve, reject) => {
+      const req = http.request({ agent, host: '127.0.0.1', port: ns.port, method, path,
+        headers: { 'x-tenant': `flood-${c}`, 'x-user': `u${c}` } }, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d) => { body += d; });
+        res.on('end', () => resolve({ status: res.statusCode, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    try {
+      for (const [method, path, rule] of [['POST', '/checkout', 'write'], ['GET', '/catalog', 'read']]) {
+        const answers = [];
+        await Promise.all(Array.from({ length: 200 }, async (_, c) => {
+          for (let i = 0; i < 5; i++) answers.push(await call(method, path, c));
+        }));
+        const tally = {};
+        for (const a of answers) tally[a.status] = (tally[a.status] ?? 0) + 1;
+        const what = `${method} ${path}: ${JSON.stringify(tally)}`;
+        const unexpected = answers.filter(({ status, body }) => status !== 200 && status !== 429
+          && !(status === 503 && /^The gateway is overloaded; /.test(JSON.parse(body).detail)));
+        assert.deepEqual(unexpected.slice(0, 3), [], what);
+        assert.equal(await metric(ns, 'rl_gateway_breaker_state{state="closed"}'), 1, what);
+        for (const outcome of ['unavailable_deny', 'fallback_admit', 'fallback_refuse']) {
+          assert.equal(await metric(ns, `rl_gateway_decisions_total{route="${method} ${path}",rule="${rule}",outcome="${outcome}"}`), 0,
+            `${outcome}, ${what}`);
+        }
+        assert.ok(answers.some((a) => a.status === 200), what);
+        t.diagnostic(what);
+      }
+    } finally {
+      agent.destroy();
+      ns.stop();
+      await server.stop();
     }
   });
 });

@@ -1,19 +1,31 @@
 // The gateway: a driver of the engine (clients/engine, as the napi-rs addon) that does only the
 // I/O, as the Rust driver (clients/rust/src/gateway) does. It hands each request to the engine,
 // sends the store calls the engine asks for under the engine's deadline (natively or through
-// the script, by the client's mode), feeds the replies back, sends the background calls after
-// answering, logs the decision records, and keeps what an admitted request holds until its
-// response ends. The express middleware and the fastify plugin adapt requests and responses.
+// the script, by the client's mode; a deadline missed while its own event loop ran late is its
+// overload, lag.js), feeds the replies back, sends the background calls after answering, logs
+// the decision records, and keeps what an admitted request holds until its response ends. The
+// express middleware and the fastify plugin adapt requests and responses.
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { classify } from '../adapters.js';
 import { RL, withDeadline } from '../client.js';
+import { loopLag } from './lag.js';
 import { engine as addon } from './native.js';
 import { PolicyError, PolicyStore } from './policy.js';
 
 // A release, a refund or a settlement not answered in this long is abandoned: a lease expires
 // on its own, a reservation stays at its estimate.
 const BACKGROUND_TIMEOUT_MS = 1000;
+
+// A call that misses its deadline while the event loop ran later than this share of the
+// deadline may well have been answered in time and not read: the gateway's own overload, which
+// the breaker does not count.
+const OVERLOADED_SHARE = 0.25;
+const OVERLOADED = { fail: 'overloaded' };
+// A loop running this many deadlines late sheds new requests before deciding them: their
+// replies would wait that long to be read. (At one deadline, a flood of 200 connections on two
+// cores shed most of the requests that the turn of grace in sendAll decides in time.)
+const SHED_DEADLINES = 2;
 
 // The engine's clock: Unix microseconds at the first reading, moved on by the monotonic clock,
 // so a wall-clock step never moves it.
@@ -70,15 +82,23 @@ function failure(err) {
 }
 
 // Sends the calls in order until `deadline` (µs); those not answered by then are missing, which
-// the engine counts as timeouts. After the deadline the client sends nothing more for them.
-async function sendAll(rl, calls, deadline) {
+// the engine counts as timeouts. After the deadline the client sends nothing more for them. When
+// the loop ran late since the request began (`since`, performance.now() ms) under a deadline of
+// `timeoutMs`, the replies that arrived meanwhile may not have been read yet: they get one more
+// turn of the loop (an immediate runs after the loop has read its sockets), and the calls still
+// missing after it are the gateway's own overload.
+async function sendAll(rl, calls, deadline, since, timeoutMs) {
   const answers = [];
   const cancel = { cancelled: false };
+  let taken = false;
+  // A call that fails once the deadline has passed (the client gives up on a cancelled call
+  // too) has no answer; a reply still counts during the turn of grace below.
   const answerOf = async (call) => {
     try {
       return { reply: wire(await send(rl, call, { cancel })) };
     } catch (err) {
-      return failure(err);
+      const answer = failure(err);
+      return cancel.cancelled && answer.fail !== undefined ? null : answer;
     }
   };
   const sending = (async () => {
@@ -88,19 +108,25 @@ async function sendAll(rl, calls, deadline) {
       answers.push(...calls.map(() => ({ fail: 'timeout' })));
       await Promise.all(calls.map(async (call, i) => {
         const answer = await answerOf(call);
-        if (!cancel.cancelled) answers[i] = answer;
+        if (!taken && answer) answers[i] = answer;
       }));
       return;
     }
     for (const call of calls) {
-      const answer = await answerOf(call);
       if (cancel.cancelled) return;
+      const answer = await answerOf(call);
+      if (taken || !answer) return;
       answers.push(answer);
     }
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1000);
-  await withDeadline(sending, ms, cancel).catch(() => {});
-  return answers.slice();
+  const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
+  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * timeoutMs;
+  if (overloaded) await new Promise((r) => setImmediate(r));
+  taken = true;
+  const got = answers.slice();
+  if (overloaded) while (got.length < calls.length) got.push(OVERLOADED);
+  return got;
 }
 
 // Calls whose replies do not matter, each under its own short deadline.
@@ -127,6 +153,9 @@ export class Gateway {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.lag = loopLag();
+    // The store's deadline, learned from the engine's first calls (and again after a reload).
+    this.timeoutMs = null;
     this.rl = this.client(options.store);
     // The server blocks a connection while its WAIT waits: durable routes go on their own.
     this.durable = options.durableStore ? this.client(options.durableStore) : this.rl;
@@ -186,34 +215,60 @@ export class Gateway {
   // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
   // response ended or was dropped (releases).
   async decide(req) {
-    let caller;
+    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    // Shed before any work when the loop runs too late to read this request's replies in time.
+    if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
+      return this.answer(this.engine.shed(request, req.headers));
+    }
     // A request no route names is not looked up either.
     if (this.identify && this.engine.routed(req.method, req.path)) {
       const c = (await this.identify(req)) ?? {};
-      caller = { user: c.user || undefined, tenant: c.tenant || undefined };
+      request.caller = { user: c.user || undefined, tenant: c.tenant || undefined };
     }
+    const since = performance.now();
     const started = nowUs();
-    const pending = this.engine.begin({ method: req.method, path: req.path, latin1: true, peer: req.peer, caller }, req.headers,
-      started);
+    const pending = this.engine.begin(request, req.headers, started);
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== 'done') {
       if (step.kind === 'wait') {
         // Another request is refilling a chunk this one needs.
         await sleep((step.until - nowUs()) / 1000);
+        // The engine counts a wait past the deadline as the store's timeout; past it because the
+        // loop ran late, it is the gateway's overload: what the request took is given back (as
+        // after a failure, the probe slot freed) and it is shed.
+        if (this.overran(started, since)) {
+          sendEach(rl, pending.abandon());
+          return this.answer(this.engine.shed(request, req.headers), rl);
+        }
         step = pending.resume([], nowUs());
       } else {
-        const answers = await sendAll(rl, step.calls, step.deadline);
+        this.timeoutMs = (step.deadline - started) / 1000;
+        const answers = await sendAll(rl, step.calls, step.deadline, since, this.timeoutMs);
         step = pending.resume(answers, nowUs());
       }
     }
-    const verdict = step.verdict;
+    const decision = this.answer(step.verdict, rl);
+    if (decision?.status !== 200) return decision;
+    return held(decision, rl, pending.holdings(), started);
+  }
+
+  // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
+  // deadline with the loop running late meanwhile.
+  overran(started, since) {
+    return this.timeoutMs !== null && nowUs() - started >= this.timeoutMs * 1000
+      && this.lag.since(since) >= OVERLOADED_SHARE * this.timeoutMs;
+  }
+
+  // A verdict's background calls sent, its records logged; null when no route matched, else the
+  // gateway's own answer or an admission (status 200).
+  answer(verdict, rl = this.rl) {
     if (verdict.background.length) sendEach(rl, verdict.background);
     this.log(verdict.log);
     this.events();
     if (verdict.route === undefined) return null;
     if (verdict.status !== undefined) return { status: verdict.status, headers: verdict.headers, body: verdict.problem };
-    return held({ status: 200, headers: verdict.headers }, rl, pending.holdings(), started);
+    return { status: 200, headers: verdict.headers };
   }
 
   // Decision records; never a key or an identity.

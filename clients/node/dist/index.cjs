@@ -1198,9 +1198,21 @@ async function sendAll(rl, calls, deadline, since, timeoutMs) {
   if (overloaded) while (got.length < calls.length) got.push(OVERLOADED);
   return got;
 }
-async function sendEach(rl, calls) {
+var LEFT = {
+  "RL.RELEASE": "the slot is held until its lease ends",
+  "RL.RENEW": "the slot expires at the end of its lease, perhaps before the request ends",
+  "RL.SETTLE": "the reservation stays at its estimate"
+};
+async function sendEach(rl, calls, logger, route) {
   for (const call of calls) {
-    await send(rl, call, { timeout: BACKGROUND_TIMEOUT_MS }).catch(() => {
+    await send(rl, call, { timeout: BACKGROUND_TIMEOUT_MS }).catch((err) => {
+      const e = classify(err);
+      const why = e.kind === "refused" ? `the store refused it (${e.message.split(" ", 1)[0]})` : e.message;
+      const name = call.args[0];
+      logger.warn?.(
+        `redis-rl: ${name} in the background failed: ${why}; ${LEFT[name] ?? "it is not retried"}`,
+        { route, command: name }
+      );
     });
   }
 }
@@ -1297,8 +1309,9 @@ var Gateway = class {
       if (step.kind === "wait") {
         await sleep((step.until - nowUs()) / 1e3);
         if (this.overran(started, since)) {
-          sendEach(rl, pending.abandon());
-          return this.answer(this.engine.shed(request, req.headers), rl);
+          const shed = this.engine.shed(request, req.headers);
+          sendEach(rl, pending.abandon(), this.logger, shed.route);
+          return this.answer(shed, rl);
         }
         step = pending.resume([], nowUs());
       } else {
@@ -1309,7 +1322,7 @@ var Gateway = class {
     }
     const decision = this.answer(step.verdict, rl);
     if (decision?.status !== 200) return decision;
-    return held(decision, rl, pending.holdings(), started);
+    return held(decision, pending.holdings(), started, (calls) => sendEach(rl, calls, this.logger, step.verdict.route));
   }
   // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
   // deadline with the loop running late meanwhile.
@@ -1319,7 +1332,7 @@ var Gateway = class {
   // A verdict's background calls sent, its records logged; null when no route matched, else the
   // gateway's own answer or an admission (status 200).
   answer(verdict, rl = this.rl) {
-    if (verdict.background.length) sendEach(rl, verdict.background);
+    if (verdict.background.length) sendEach(rl, verdict.background, this.logger, verdict.route);
     this.log(verdict.log);
     this.events();
     if (verdict.route === void 0) return null;
@@ -1335,24 +1348,24 @@ var Gateway = class {
     }
   }
 };
-function held(decision, rl, holdings, started) {
+function held(decision, holdings, started, background) {
   if (!holdings) return decision;
   const every = holdings.renewEveryMs();
-  const timer = every ? setInterval(() => sendEach(rl, holdings.tick(started, nowUs())), every) : null;
+  const timer = every ? setInterval(() => background(holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();
   let settled = false;
   decision.finish = async ({ actualCost } = {}) => {
     if (settled) return;
     settled = true;
     const actual = Array.isArray(actualCost) ? actualCost[0] : actualCost;
-    await sendEach(rl, holdings.settle(actual === void 0 || actual === null ? null : String(actual)));
+    await background(holdings.settle(actual === void 0 || actual === null ? null : String(actual)));
   };
   let ended = false;
   decision.done = () => {
     if (ended) return;
     ended = true;
     clearInterval(timer);
-    sendEach(rl, holdings.release());
+    background(holdings.release());
   };
   return decision;
 }

@@ -163,3 +163,45 @@ describe('postures under faults', () => {
     }
   });
 });
+
+describe('background calls', () => {
+  test('a settlement or a release that fails is logged with its command and route, never a key or an identity', async () => {
+    const server = await Server.start();
+    const io = await server.ioredis();
+    const admin = await server.ioredis();
+    const lines = [];
+    const logger = { info() {}, warn: (message, entry) => lines.push({ message, entry }), error() {} };
+    const p = fresh();
+    const g = await serveGateway({ store: io, logger, policy: {
+      version: 1,
+      identity: { tenant: 'x-tenant' },
+      rules: {
+        slot: { key: `${p}:{t:\${tenant}}:slot`, concurrency: 2, lease: '1m' },
+        job: { key: `${p}:{t:\${tenant}}:job`, limit: 100, period: '1h', cost: 10, settle: true },
+      },
+      routes: [{ method: 'POST', path: '/job', rules: ['slot', 'job'] }],
+      store: { timeout: '1s' },
+    } });
+    try {
+      const answer = fetch(`${g.url}/job?ms=1000&units=3`, { method: 'POST', headers: { 'x-tenant': 'secret-tenant' } });
+      // The store goes away once the request holds its slot and its reservation (the last call)
+      // and the backend works.
+      const deadline = Date.now() + 5000;
+      while (!(await admin.exists(`${p}:{t:secret-tenant}:job`)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      server.kill();
+      assert.equal((await answer).status, 200);
+      while (lines.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.deepEqual(lines.map((l) => l.entry), [{ route: 'POST /job', command: 'RL.SETTLE' }, { route: 'POST /job', command: 'RL.RELEASE' }]);
+      assert.match(lines[0].message, /^redis-rl: RL\.SETTLE in the background failed: the store did not answer: .*; the reservation stays at its estimate$/);
+      assert.match(lines[1].message, /; the slot is held until its lease ends$/);
+      for (const { message } of lines) {
+        assert.ok(!message.includes('secret-tenant') && !message.includes(p), message);
+      }
+    } finally {
+      io.disconnect();
+      admin.disconnect();
+      await g.close();
+      await server.stop();
+    }
+  });
+});

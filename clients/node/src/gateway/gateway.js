@@ -129,10 +129,25 @@ async function sendAll(rl, calls, deadline, since, timeoutMs) {
   return got;
 }
 
-// Calls whose replies do not matter, each under its own short deadline.
-async function sendEach(rl, calls) {
+// What is left behind when a call in the background fails.
+const LEFT = {
+  'RL.RELEASE': 'the slot is held until its lease ends',
+  'RL.RENEW': 'the slot expires at the end of its lease, perhaps before the request ends',
+  'RL.SETTLE': 'the reservation stays at its estimate',
+};
+
+// Calls whose replies do not matter to the answer, each under its own short deadline. A failure
+// is logged with the command and the route, never the key or the server's text, which may name
+// keys (and keys are made of identities); the call is not retried.
+async function sendEach(rl, calls, logger, route) {
   for (const call of calls) {
-    await send(rl, call, { timeout: BACKGROUND_TIMEOUT_MS }).catch(() => {});
+    await send(rl, call, { timeout: BACKGROUND_TIMEOUT_MS }).catch((err) => {
+      const e = classify(err);
+      const why = e.kind === 'refused' ? `the store refused it (${e.message.split(' ', 1)[0]})` : e.message;
+      const name = call.args[0];
+      logger.warn?.(`redis-rl: ${name} in the background failed: ${why}; ${LEFT[name] ?? 'it is not retried'}`,
+        { route, command: name });
+    });
   }
 }
 
@@ -238,8 +253,9 @@ export class Gateway {
         // loop ran late, it is the gateway's overload: what the request took is given back (as
         // after a failure, the probe slot freed) and it is shed.
         if (this.overran(started, since)) {
-          sendEach(rl, pending.abandon());
-          return this.answer(this.engine.shed(request, req.headers), rl);
+          const shed = this.engine.shed(request, req.headers);
+          sendEach(rl, pending.abandon(), this.logger, shed.route);
+          return this.answer(shed, rl);
         }
         step = pending.resume([], nowUs());
       } else {
@@ -250,7 +266,7 @@ export class Gateway {
     }
     const decision = this.answer(step.verdict, rl);
     if (decision?.status !== 200) return decision;
-    return held(decision, rl, pending.holdings(), started);
+    return held(decision, pending.holdings(), started, (calls) => sendEach(rl, calls, this.logger, step.verdict.route));
   }
 
   // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
@@ -263,7 +279,7 @@ export class Gateway {
   // A verdict's background calls sent, its records logged; null when no route matched, else the
   // gateway's own answer or an admission (status 200).
   answer(verdict, rl = this.rl) {
-    if (verdict.background.length) sendEach(rl, verdict.background);
+    if (verdict.background.length) sendEach(rl, verdict.background, this.logger, verdict.route);
     this.log(verdict.log);
     this.events();
     if (verdict.route === undefined) return null;
@@ -282,25 +298,26 @@ export class Gateway {
 }
 
 // What an admitted request holds: its slots renewed while the backend works and released when
-// the response ends (or is dropped), its reservations settled with the backend's report.
-function held(decision, rl, holdings, started) {
+// the response ends (or is dropped), its reservations settled with the backend's report; each
+// through `background(calls)`.
+function held(decision, holdings, started, background) {
   if (!holdings) return decision;
   const every = holdings.renewEveryMs();
-  const timer = every ? setInterval(() => sendEach(rl, holdings.tick(started, nowUs())), every) : null;
+  const timer = every ? setInterval(() => background(holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();
   let settled = false;
   decision.finish = async ({ actualCost } = {}) => {
     if (settled) return;
     settled = true;
     const actual = Array.isArray(actualCost) ? actualCost[0] : actualCost;
-    await sendEach(rl, holdings.settle(actual === undefined || actual === null ? null : String(actual)));
+    await background(holdings.settle(actual === undefined || actual === null ? null : String(actual)));
   };
   let ended = false;
   decision.done = () => {
     if (ended) return;
     ended = true;
     clearInterval(timer);
-    sendEach(rl, holdings.release());
+    background(holdings.release());
   };
   return decision;
 }

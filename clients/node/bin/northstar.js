@@ -46,7 +46,7 @@ function connect(url, cluster) {
 }
 
 // The stub backend: 200 with a small JSON body; ?ms=N waits N ms, ?units=N reports
-// X-Actual-Cost: N; POST /login is 401 without X-Password: ok.
+// X-Actual-Cost: N, whatever N is; POST /login is 401 without X-Password: ok.
 async function stub(req, res) {
   const ms = Number(req.query.ms);
   if (Number.isInteger(ms) && ms > 0) await new Promise((r) => setTimeout(r, ms));
@@ -54,7 +54,9 @@ async function stub(req, res) {
     res.status(401).json({ error: 'bad password' });
     return;
   }
-  if (/^[0-9]+$/.test(String(req.query.units ?? ''))) res.setHeader('X-Actual-Cost', String(req.query.units));
+  // Reported as given (any value a header can carry): the gateway copes with any declaration.
+  const units = req.query.units;
+  if (typeof units === 'string' && /^[\x20-\x7e\u0080-\u00ff]+$/.test(units)) res.setHeader('X-Actual-Cost', units);
   res.json({ ok: true, method: req.method, path: req.path });
 }
 
@@ -68,6 +70,8 @@ async function main() {
   clearTimeout(waited);
   const gateway = new Gateway({ store: clients[0], durableStore: clients[1], policy: policies });
   const app = express();
+  // The gateway reads the socket's peer and walks X-Forwarded-For itself, past the policy's
+  // trusted_proxies only; express's own walk (req.ip) stays off, as its default has it.
   app.set('trust proxy', false);
   app.get('/healthz', (req, res) => res.type('text/plain').send('ok\n'));
   app.get('/metrics', (req, res) => res.type('text/plain; version=0.0.4').send(gateway.metrics.render()));

@@ -1,6 +1,7 @@
-// The fastify plugin, identities behind trusted proxies, and the retry helper for outgoing
-// calls, over real HTTP.
+// The fastify plugin, identities behind trusted proxies, what no caller may provoke, the
+// sockets' options, and the retry helper for outgoing calls, over real HTTP.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import Fastify from 'fastify';
@@ -8,6 +9,7 @@ import { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, RL } from '.
 import { listen } from './support/http.js';
 import { backend, fresh, quiet, serveGateway } from './support/gateway.js';
 import { Server } from './support/server.js';
+import { VARIANTS } from './support/clients.js';
 
 let server;
 let io;
@@ -127,6 +129,144 @@ describe('identity', () => {
       await g.close();
     }
   });
+});
+
+// express behind the gateway (an application's `trust proxy` setting given), or fastify (its
+// `trustProxy`), in front of the same stub backend: `?units=` is the X-Actual-Cost it declares,
+// as given.
+async function serveFramework(kind, gateway, trust = false) {
+  if (kind === 'express') {
+    const app = express();
+    app.set('trust proxy', trust);
+    app.use(expressMiddleware(gateway));
+    backend(app);
+    const s = await listen(app);
+    return { ...s, seen: (path) => s.server.once('request', (req) => path(req.socket)) };
+  }
+  const app = Fastify({ trustProxy: trust });
+  await app.register(fastifyPlugin(gateway));
+  app.all('/*', async (req, reply) => {
+    if (req.query.units !== undefined) reply.header('X-Actual-Cost', req.query.units);
+    return { ok: true };
+  });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  return { url, port: app.server.address().port, close: () => app.close(),
+    seen: (path) => app.server.once('request', (req) => path(req.socket)) };
+}
+
+// One request written byte for byte (header values that are not UTF-8); the response's status.
+function rawStatus(port, head) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let got = Buffer.alloc(0);
+    socket.on('data', (d) => { got = Buffer.concat([got, d]); });
+    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(got.toString('latin1'))?.[1])));
+    socket.on('error', reject);
+    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), Buffer.from('Content-Length: 0\r\nConnection: close\r\n\r\n')]));
+  });
+}
+
+describe('what no caller may provoke', () => {
+  for (const kind of ['express', 'fastify']) {
+    test(`${kind}: X-Forwarded-For buys no fresh budget with trusted_proxies: [], whatever the framework trusts`, async () => {
+      const p = fresh();
+      const gateway = new Gateway({ store: io, logger: quiet, policy: {
+        version: 1, identity: { trusted_proxies: [] }, store: { timeout: '1s' },
+        rules: { ip: { key: `${p}:ip:\${ip}`, limit: 3, period: '1h' } },
+        routes: [{ method: 'POST', path: '/login', rules: ['ip'] }] } });
+      const s = await serveFramework(kind, gateway, true);
+      try {
+        const statuses = [];
+        for (let i = 1; i <= 5; i++) {
+          statuses.push((await fetch(`${s.url}/login`, { method: 'POST', headers: { 'x-forwarded-for': `203.0.113.${i}` } })).status);
+        }
+        assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
+        assert.equal(await io.exists(`${p}:ip:127.0.0.1`), 1);
+        assert.equal(await io.exists(`${p}:ip:203.0.113.1`), 0);
+      } finally {
+        await s.close();
+      }
+    });
+
+    test(`${kind}: header bytes that are not UTF-8, long Idempotency-Keys, any X-Actual-Cost: never a 5xx`, async () => {
+      const p = fresh();
+      const gateway = new Gateway({ store: io, logger: quiet, policy: {
+        version: 1, identity: { user: 'x-user', tenant: 'x-tenant' }, store: { timeout: '1s' },
+        rules: {
+          read: { key: `${p}:read:\${user}`, limit: 100, period: '1h' },
+          job: { key: `${p}:{t:\${tenant}}:job`, limit: 100, period: '1h', cost: 10, settle: true },
+        },
+        routes: [{ method: 'GET', path: '/read', rules: ['read'] }, { method: 'POST', path: '/job', rules: ['job'] }] } });
+      const s = await serveFramework(kind, gateway);
+      try {
+        const heads = [
+          'GET /read HTTP/1.1\r\nHost: x\r\nx-user: \xff\xfe\r\n',
+          'GET /read HTTP/1.1\r\nHost: x\r\nx-user: \xc3\x28\r\n',
+          'POST /job HTTP/1.1\r\nHost: x\r\nx-tenant: \xe9\xff\r\n',
+          `POST /job HTTP/1.1\r\nHost: x\r\nx-tenant: a\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
+          `POST /job HTTP/1.1\r\nHost: x\r\nx-tenant: a\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
+          `POST /job HTTP/1.1\r\nHost: x\r\nx-tenant: b\r\nIdempotency-Key: ${'\xff'.repeat(300)}\r\n`,
+          'POST /job?units=%C2%B2 HTTP/1.1\r\nHost: x\r\nx-tenant: c\r\n',
+          'POST /job?units=-1 HTTP/1.1\r\nHost: x\r\nx-tenant: d\r\n',
+          'POST /job?units=99999999999999999999999 HTTP/1.1\r\nHost: x\r\nx-tenant: e\r\n',
+        ];
+        const statuses = [];
+        for (const head of heads) statuses.push(await rawStatus(s.port, head));
+        assert.deepEqual(statuses, heads.map(() => 200));
+        // An identity over 256 bytes is the caller's error.
+        assert.equal(await rawStatus(s.port, `GET /read HTTP/1.1\r\nHost: x\r\nx-user: ${'\xff'.repeat(257)}\r\n`), 431);
+        // Undeclared or invalid costs leave the estimate.
+        for (const t of ['c', 'd', 'e']) assert.equal((await new RL(io, { logger: quiet }).info(`${p}:{t:${t}}:job`)).remaining, 90);
+      } finally {
+        await s.close();
+      }
+    });
+  }
+});
+
+// node:http sets it on accepted sockets, ioredis, iovalkey and node-redis on theirs (their
+// default `noDelay: true`); net.Socket keeps what was asked in a symbol of its own.
+function noDelay(socket) {
+  const key = Object.getOwnPropertySymbols(socket).find((k) => k.description === 'kSetNoDelay');
+  assert.ok(key, 'net.Socket no longer records setNoDelay');
+  return socket[key];
+}
+
+describe('TCP_NODELAY', () => {
+  for (const kind of ['express', 'fastify']) {
+    test(`${kind}: on every socket from a caller`, async () => {
+      const gateway = new Gateway({ store: io, logger: quiet, policy: { version: 1, store: { timeout: '1s' },
+        rules: { r: { key: `${fresh()}:r`, limit: 10, period: '1h' } }, routes: [{ method: 'GET', path: '/r', rules: ['r'] }] } });
+      const s = await serveFramework(kind, gateway);
+      try {
+        const sockets = [];
+        s.seen((socket) => sockets.push(socket));
+        assert.equal((await fetch(`${s.url}/r`)).status, 200);
+        assert.equal(sockets.length, 1);
+        assert.equal(noDelay(sockets[0]), true);
+      } finally {
+        await s.close();
+      }
+    });
+  }
+
+  for (const variant of VARIANTS) {
+    test(`${variant.name}: on every socket to the store`, async () => {
+      const conn = await variant.connect(server.port);
+      try {
+        const gateway = new Gateway({ store: conn.adapter, logger: quiet, policy: { version: 1, store: { timeout: '1s' },
+          rules: { r: { key: `${fresh()}:r`, limit: 10, period: '1h' } }, routes: [{ method: 'GET', path: '/r', rules: ['r'] }] } });
+        const decision = await gateway.decide({ method: 'GET', path: '/r', headers: {}, peer: '127.0.0.1' });
+        assert.equal(decision.status, 200);
+        // Node's open handles are the only view of node-redis's sockets (ioredis's are `stream`).
+        const sockets = process._getActiveHandles().filter((h) => h instanceof net.Socket && h.remotePort === server.port);
+        assert.ok(sockets.length >= 2, `${sockets.length} sockets to the store`);
+        for (const socket of sockets) assert.equal(noDelay(socket), true);
+      } finally {
+        conn.close();
+      }
+    });
+  }
 });
 
 describe('fetchWithRetry', () => {

@@ -1,8 +1,9 @@
 // clients/node/northstar, run as an operator runs it, in front of a real server and a cluster,
-// and as a failing store and a flood meet it (clients/CONTRACT.md section 12).
+// and as a failing store, a flood and a hostile caller meet it (clients/CONTRACT.md section 12).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -71,6 +72,18 @@ async function admittedWithin(ns, ms) {
     await sleep(25);
   }
   return null;
+}
+
+// One request written byte for byte (header values that are not UTF-8); the response's status.
+function rawStatus(port, head) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let got = Buffer.alloc(0);
+    socket.on('data', (d) => { got = Buffer.concat([got, d]); });
+    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(got.toString('latin1'))?.[1])));
+    socket.on('error', reject);
+    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), Buffer.from('Content-Length: 0\r\nConnection: close\r\n\r\n')]));
+  });
 }
 
 async function exercise(ns) {
@@ -211,6 +224,52 @@ describe('northstar', () => {
       }
     } finally {
       agent.destroy();
+      ns.stop();
+      await server.stop();
+    }
+  });
+
+  test('X-Forwarded-For from a caller buys no fresh budget (trusted_proxies: [])', async () => {
+    const server = await Server.start();
+    const ns = await northstar(server.url);
+    const io = await server.ioredis();
+    try {
+      const logins = [];
+      for (let i = 0; i < 41 && !logins.includes(429); i++) {
+        logins.push((await fetch(`${ns.url}/login`, { method: 'POST', headers: { 'x-forwarded-for': `203.0.113.${i + 1}` } })).status);
+      }
+      assert.ok(logins.includes(429), JSON.stringify(logins));
+      assert.equal(await io.exists('anon:127.0.0.1'), 1);
+      assert.equal(await io.exists('anon:203.0.113.1'), 0);
+    } finally {
+      io.disconnect();
+      ns.stop();
+      await server.stop();
+    }
+  });
+
+  test('no caller and no backend declaration provokes a 5xx', async () => {
+    const server = await Server.start();
+    const ns = await northstar(server.url);
+    try {
+      const heads = [
+        // Identity values that are not UTF-8, on a rate route and on a settled one.
+        'GET /catalog HTTP/1.1\r\nHost: x\r\nx-tenant: \xff\r\nx-user: \xc3\x28\xfe\r\n',
+        'POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: \xe9\xff\r\n',
+        // Idempotency-Keys of 300 bytes, ASCII and not UTF-8, twice each (the retry is uncharged).
+        `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k1\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
+        `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k1\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
+        `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k2\r\nIdempotency-Key: ${'\xff'.repeat(300)}\r\n`,
+        `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k2\r\nIdempotency-Key: ${'\xff'.repeat(300)}\r\n`,
+        // What the backend declares it spent (the stub reports ?units= as it is).
+        'POST /reports/export?units=%C2%B2 HTTP/1.1\r\nHost: x\r\nx-tenant: c1\r\n',
+        'POST /reports/export?units=-1 HTTP/1.1\r\nHost: x\r\nx-tenant: c2\r\n',
+        'POST /reports/export?units=99999999999999999999999 HTTP/1.1\r\nHost: x\r\nx-tenant: c3\r\n',
+      ];
+      const statuses = [];
+      for (const head of heads) statuses.push(await rawStatus(ns.port, head));
+      assert.deepEqual(statuses, [200, 200, 200, 200, 200, 200, 200, 200, 200], ns.stderr());
+    } finally {
       ns.stop();
       await server.stop();
     }

@@ -30,8 +30,10 @@ MetricsHook = Callable[[str, dict, float], Any]
 PolicyInput = Union[str, "os.PathLike[str]", dict]
 
 # A release, a refund or a settlement that cannot be sent in this long is abandoned: a lease
-# expires on its own, a reservation stays at its estimate.
+# expires on its own, a reservation stays at its estimate. Until then a call the store could not
+# take (a connection lost to a restart) is sent again every RETRY_PAUSE.
 BACKGROUND_TIMEOUT = 1.0
+RETRY_PAUSE = 0.05
 
 # The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
 # wall-clock step never moves it (the fallback limiters read it as the module reads its own).
@@ -109,12 +111,27 @@ else:  # pragma: no cover - Python before 3.11
 
 
 async def _send_each(store: AsyncClient, calls: Iterable[engine.Call]) -> None:
-    """Calls whose replies do not matter (releases, refunds, renewals, settlements)."""
+    """Calls whose replies do not matter (releases, refunds, renewals, settlements), within
+    BACKGROUND_TIMEOUT; each is idempotent, so one the store could not take is sent again. A
+    call that fails is logged once, by its command alone: its key is made of identities."""
+    give_up = time.monotonic() + BACKGROUND_TIMEOUT
     for call in calls:
-        try:
-            await asyncio.wait_for(store.execute(_Call(call)), BACKGROUND_TIMEOUT)
-        except (asyncio.TimeoutError, RLError):
-            pass
+        while True:
+            try:
+                await asyncio.wait_for(store.execute(_Call(call)),
+                                       max(0.0, give_up - time.monotonic()))
+                break
+            except asyncio.TimeoutError:
+                reason = f"no answer within {BACKGROUND_TIMEOUT:g} s"
+            except Unavailable:
+                if time.monotonic() + RETRY_PAUSE < give_up:
+                    await asyncio.sleep(RETRY_PAUSE)
+                    continue
+                reason = f"the store was unavailable for {BACKGROUND_TIMEOUT:g} s"
+            except RLError as exc:
+                reason = exc.kind.replace("_", " ")
+            log.warning("rate limiter %s failed: %s", call.args[0].decode(), reason)
+            break
 
 
 _LEVELS = {"info": logging.INFO, "warn": logging.WARNING}
@@ -132,15 +149,16 @@ class Outcome:
     with `headers` added, `settle` with the backend's X-Actual-Cost, `release` once the response
     has been sent (or dropped)."""
 
-    __slots__ = ("_heartbeat", "_holdings", "_store", "body", "content_type", "headers", "status")
+    __slots__ = ("_gateway", "_heartbeat", "_holdings", "_store", "body", "content_type",
+                 "headers", "status")
 
-    def __init__(self, store: AsyncClient, verdict: Verdict, holdings: engine.Holdings,
-                 started: int):
+    def __init__(self, gateway: Gateway, store: AsyncClient, verdict: Verdict,
+                 holdings: engine.Holdings, started: int):
         self.status: int | None = verdict.status
         self.headers: list[tuple[str, str]] = verdict.headers
         self.body: bytes = verdict.problem or b""
         self.content_type = engine.PROBLEM_CONTENT_TYPE
-        self._store, self._holdings = store, holdings
+        self._gateway, self._store, self._holdings = gateway, store, holdings
         self._heartbeat: asyncio.Task | None = None
         every = holdings.renew_every_us
         if every is not None:
@@ -166,14 +184,14 @@ class Outcome:
         the estimate stands). Only the first call counts."""
         if isinstance(actual_cost, str):
             actual_cost = actual_cost.encode("latin-1")
-        await _send_each(self._store, self._holdings.settle(actual_cost))
+        await self._gateway._send_soon(self._store, self._holdings.settle(actual_cost))
 
     async def release(self) -> None:
         """Releases the request's semaphore slots and stops their renewal. Idempotent."""
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
-        await _send_each(self._store, self._holdings.release())
+        await self._gateway._send_soon(self._store, self._holdings.release())
 
     async def finish(self, actual_cost: str | bytes | None = None) -> None:
         await self.settle(actual_cost)
@@ -272,11 +290,22 @@ class Gateway:
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _background(self, store: AsyncClient, calls: list[engine.Call]) -> None:
-        if calls:
-            task = asyncio.ensure_future(_send_each(store, calls))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _background(self, store: AsyncClient, calls: list[engine.Call]) -> asyncio.Task | None:
+        if not calls:
+            return None
+        task = asyncio.ensure_future(_send_each(store, calls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _send_soon(self, store: AsyncClient, calls: list[engine.Call]) -> None:
+        """Sends in the background and waits for a store timeout at most: a settlement made
+        before the response is passed on, a slot released before the next request on the
+        connection, unless the store does not answer in time (then the sends go on, retried,
+        and the response does not wait for them)."""
+        task = self._background(store, calls)
+        if task is not None:
+            await asyncio.wait({task}, timeout=self.engine.store_timeout_us / 1e6)
 
     async def decide(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
                      peer: str | None = None, request: Any = None) -> Outcome | None:
@@ -307,7 +336,7 @@ class Gateway:
         self._background(store, step.background)
         if step.log:
             _log(step.log)
-        return Outcome(store, step, pending.holdings(), started)
+        return Outcome(self, store, step, pending.holdings(), started)
 
 
 def _one_connection(client: AsyncClient) -> AsyncClient:

@@ -2,6 +2,7 @@
 behind a real uvicorn, driven over real HTTP. It runs in this test environment (NORTHSTAR_VENV),
 which has the package and uvicorn, rather than building its own on first run."""
 
+import asyncio
 import contextlib
 import json
 import os
@@ -22,6 +23,7 @@ from servers import Server, free_port
 HERE = Path(__file__).resolve().parents[1]
 POLICY = HERE / "northstar.policy.json"
 MODULE = os.environ.get("RL_MODE") != "script"
+OVERLOADED = "The gateway is overloaded; "
 
 
 def _listening(proc, port, within):
@@ -183,6 +185,47 @@ def test_northstar_listens_while_redis_does_not_answer(tmp_path):
     finally:
         os.kill(s.proc.pid, signal.SIGCONT)
         s.close()
+
+
+async def _flood(url, connections, each):
+    """`connections` keep-alive connections at once, each sending `each` checkouts of its own
+    caller in turn; every answer's status and body."""
+    answers = []
+
+    async def caller(i):
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(url))
+        try:
+            for _ in range(each):
+                writer.write(f"POST /checkout HTTP/1.1\r\nhost: ns\r\nx-user: flood-{i}\r\n"
+                             f"x-tenant: flood-{i}\r\ncontent-length: 0\r\n\r\n".encode())
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                answers.append((int(head.split()[1]), await reader.readexactly(length)))
+        finally:
+            writer.close()
+
+    await asyncio.wait_for(asyncio.gather(*[caller(i) for i in range(connections)]), 120)
+    return answers
+
+
+def test_a_flood_with_redis_healthy_never_opens_the_breaker():
+    # The event loop saturated by 200 callers at once: store calls missing their deadline
+    # then are the gateway's own overload, not the store's failure, and the shared breaker
+    # (which denies every route) must not open.
+    s = Server(module=MODULE)
+    try:
+        with running(s.url) as url:
+            answers = asyncio.run(_flood(url, connections=200, each=3))
+            metrics = httpx.get(f"{url}/metrics").text
+    finally:
+        s.close()
+    odd = [(status, body) for status, body in answers if status not in (200, 429)
+           and not (status == 503 and json.loads(body)["detail"].startswith(OVERLOADED))]
+    assert odd == []
+    assert any(status == 200 for status, _ in answers)
+    assert 'rl_gateway_breaker_state{state="closed"} 1' in metrics
+    assert 'outcome="unavailable_deny"' not in metrics
 
 
 def test_undecodable_header_bytes_and_a_superscript_cost_are_no_5xx(server, northstar):

@@ -8,6 +8,7 @@ an admitted request holds until its response ends. It mirrors the Rust driver
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -34,6 +35,12 @@ PolicyInput = Union[str, "os.PathLike[str]", dict]
 # take (a connection lost to a restart) is sent again every RETRY_PAUSE.
 BACKGROUND_TIMEOUT = 1.0
 RETRY_PAUSE = 0.05
+
+# The gateway's own overload (clients/SPEC.md, gateway behaviour, section 7): a store call that
+# missed its deadline while the event loop ran this share of store.timeout late or more was not
+# the store's failure (its reply may have been waiting to be read), and while the loop runs a
+# whole store.timeout late a new request is shed before any store call.
+OVERLOAD_SHARE = 0.25
 
 # The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
 # wall-clock step never moves it (the fallback limiters read it as the module reads its own).
@@ -134,6 +141,59 @@ async def _send_each(store: AsyncClient, calls: Iterable[engine.Call]) -> None:
             break
 
 
+class _LoopLag:
+    """How late the event loop runs: a callback scheduled every INTERVAL notes how late it ran,
+    which is how long every ready callback waits. Ticks stop after IDLE seconds without a
+    request and start again with the next."""
+
+    INTERVAL = 0.01
+    IDLE = 1.0
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._chain = object()
+        self._due = 0.0
+        self._used = 0.0
+        # (loop time, lateness) of the last ticks: about a second of them.
+        self._ticks: collections.deque[tuple[float, float]] = collections.deque(maxlen=128)
+
+    def watch(self) -> float:
+        """Called for each request: ticks on the running loop; returns the loop's time."""
+        loop = asyncio.get_running_loop()
+        self._used = now = loop.time()
+        if self._loop is not loop:
+            # A new chain of ticks; one left on another loop ends at its next tick.
+            self._loop, self._chain = loop, object()
+            self._ticks.clear()
+            self._schedule(now)
+        return now
+
+    def _schedule(self, now: float) -> None:
+        self._due = now + self.INTERVAL
+        self._loop.call_at(self._due, self._tick, self._chain)
+
+    def _tick(self, chain: object) -> None:
+        if chain is not self._chain:
+            return
+        now = self._loop.time()
+        self._ticks.append((now, now - self._due))
+        if now - self._used < self.IDLE:
+            self._schedule(now)
+        else:
+            self._loop = None
+
+    def since(self, start: float) -> float:
+        """The most the loop ran late from `start` (its time) to now, in seconds."""
+        if self._loop is None:
+            return 0.0
+        late = self._loop.time() - self._due  # the next tick, overdue
+        for at, lateness in reversed(self._ticks):
+            if at < start:
+                break
+            late = max(late, lateness)
+        return late
+
+
 _LEVELS = {"info": logging.INFO, "warn": logging.WARNING}
 
 
@@ -153,14 +213,14 @@ class Outcome:
                  "headers", "status")
 
     def __init__(self, gateway: Gateway, store: AsyncClient, verdict: Verdict,
-                 holdings: engine.Holdings, started: int):
+                 holdings: engine.Holdings | None, started: int):
         self.status: int | None = verdict.status
         self.headers: list[tuple[str, str]] = verdict.headers
         self.body: bytes = verdict.problem or b""
         self.content_type = engine.PROBLEM_CONTENT_TYPE
         self._gateway, self._store, self._holdings = gateway, store, holdings
         self._heartbeat: asyncio.Task | None = None
-        every = holdings.renew_every_us
+        every = None if holdings is None else holdings.renew_every_us
         if every is not None:
             self._heartbeat = asyncio.ensure_future(self._renew(every / 1e6, started))
 
@@ -171,7 +231,7 @@ class Outcome:
     @property
     def holds(self) -> bool:
         """Whether the request holds slots or reservations until its response ends."""
-        return not self._holdings.empty
+        return self._holdings is not None and not self._holdings.empty
 
     async def _renew(self, every: float, started: int) -> None:
         # A failed renewal leaves the lease to run out; the request goes on.
@@ -182,6 +242,8 @@ class Outcome:
     async def settle(self, actual_cost: str | bytes | None) -> None:
         """Settles the request's reservations with a valid X-Actual-Cost (absent or invalid:
         the estimate stands). Only the first call counts."""
+        if self._holdings is None:
+            return
         if isinstance(actual_cost, str):
             actual_cost = actual_cost.encode("latin-1")
         await self._gateway._send_soon(self._store, self._holdings.settle(actual_cost))
@@ -191,7 +253,8 @@ class Outcome:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
-        await self._gateway._send_soon(self._store, self._holdings.release())
+        if self._holdings is not None:
+            await self._gateway._send_soon(self._store, self._holdings.release())
 
     async def finish(self, actual_cost: str | bytes | None = None) -> None:
         await self.settle(actual_cost)
@@ -232,6 +295,7 @@ class Gateway:
         self._durable_turn = 0
         # Background sends, held so the event loop does not drop them half-way.
         self._tasks: set[asyncio.Task] = set()
+        self._lag = _LoopLag()
         for store in [client, *self._durable]:
             store.on_mode(self.engine.store_mode)
 
@@ -312,6 +376,13 @@ class Gateway:
         """The decision for one request, None when no route matches (it passes untouched).
         `headers` are the ASGI (name, value) pairs; `request` (the ASGI scope, from the
         middleware and the dependency alike) is handed to `identify`."""
+        timeout = self.engine.store_timeout_us / 1e6
+        now = self._lag.watch()
+        if self._lag.since(now - timeout) >= timeout:
+            # The loop is a whole store timeout late: this request would miss its deadline
+            # before its first call was sent. Shed it, without asking anyone who it is.
+            shed = self.engine.shed(method, path, headers, peer)
+            return None if shed.route is None else Outcome(self, self.client, shed, None, 0)
         user = tenant = None
         if self.identify is not None:
             user, tenant = await self.identify(request)
@@ -323,7 +394,13 @@ class Gateway:
         try:
             while type(step) is not Verdict:
                 if type(step) is Calls:
+                    sent = asyncio.get_running_loop().time()
                     answers = await _send_all(store, step.calls, step.deadline)
+                    if (len(answers) < len(step.calls)
+                            and self._lag.since(sent) >= OVERLOAD_SHARE * timeout):
+                        # Missed the deadline while the loop itself ran late: the reply may
+                        # be read, not the store slow. The breaker counts nothing.
+                        answers.append(engine.overloaded())
                 else:
                     assert type(step) is Wait
                     await asyncio.sleep(max(0.0, (step.until - now_us()) / 1e6))

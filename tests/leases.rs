@@ -183,6 +183,86 @@ fn reserve_then_settle_exports_of_unknown_cost() {
     assert_eq!(n, None);
 }
 
+/// `RL.SETTLE ... FORGET`, as a gateway settles a request keyed by its `Idempotency-Key`
+/// after a 2xx: the key reused later is charged again.
+#[test]
+fn a_settlement_with_forget_lets_the_same_id_be_charged_anew() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let key = "tenant:7";
+    // 10 an hour, capacity 100: nothing refills while the test runs.
+    let reserve = format!("{key} 10 1h BURST 100 COST 10 RESERVE idem-1");
+    assert_eq!(admit(&mut c, &reserve)[..2], [1, 90]);
+    let forget = |c: &mut Connection, actual: u64, token: &str| -> Option<(i64, i64)> {
+        cmd("RL.SETTLE")
+            .arg(key)
+            .arg("idem-1")
+            .arg(actual)
+            .arg(token)
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(forget(&mut c, 14, "FORGET"), Some((4, 86)));
+    let before = digest(&mut c, key.as_bytes());
+    assert_eq!(settle(&mut c, key, "idem-1", 14), None, "a retried settle");
+    assert_eq!(forget(&mut c, 14, "forget"), None, "a retried forget");
+    assert_eq!(digest(&mut c, key.as_bytes()), before, "changes nothing");
+    // The same id reserves, and spends, anew: 86 - 10.
+    assert_eq!(admit(&mut c, &reserve)[..2], [1, 76]);
+    assert_eq!(admit(&mut c, &reserve)[..2], [1, 76], "a retry of that one");
+    // Settled first, forgotten later: the first settlement, and only the forget time changes.
+    assert_eq!(settle(&mut c, key, "idem-1", 10), Some((0, 76)));
+    let info_before = reservations_and_tokens(&mut c, key);
+    assert_eq!(forget(&mut c, 50, "Forget"), Some((0, 76)));
+    assert_eq!(settle(&mut c, key, "idem-1", 10), None);
+    assert_eq!(info_before.1, reservations_and_tokens(&mut c, key).1);
+    assert_eq!(reservations_and_tokens(&mut c, key).0, 0, "none live");
+    assert_eq!(forget(&mut c, 1, "FORGET"), None, "nothing to forget");
+    // A bad token or one too many: an error, and nothing changes.
+    admit(
+        &mut c,
+        &format!("{key} 10 1h BURST 100 COST 10 RESERVE idem-2"),
+    );
+    let before = digest(&mut c, key.as_bytes());
+    let e = error_of(
+        &mut c,
+        &[b"RL.SETTLE", key.as_bytes(), b"idem-2", b"1", b"KEEP"],
+    );
+    assert_eq!(e, "ERR syntax error near 'KEEP'");
+    let e = error_of(
+        &mut c,
+        &[
+            b"RL.SETTLE",
+            key.as_bytes(),
+            b"idem-2",
+            b"1",
+            b"FORGET",
+            b"FORGET",
+        ],
+    );
+    assert_eq!(e, "ERR wrong number of arguments for 'RL.SETTLE' command");
+    assert_eq!(digest(&mut c, key.as_bytes()), before);
+    assert_eq!(
+        settle(&mut c, key, "idem-2", 10),
+        Some((0, 66)),
+        "still there"
+    );
+}
+
+/// `RL.INFO`'s `reservations` (live ones) and `remaining`.
+fn reservations_and_tokens(c: &mut Connection, key: &str) -> (i64, i64) {
+    let info: Vec<Value> = cmd("RL.INFO").arg(key).query(c).unwrap();
+    let field = |name: &str| -> i64 {
+        let at = info
+            .iter()
+            .step_by(2)
+            .position(|v| redis::from_redis_value::<String>(v).unwrap() == name)
+            .unwrap_or_else(|| panic!("no {name} in {info:?}"));
+        redis::from_redis_value(&info[2 * at + 1]).unwrap()
+    };
+    (field("reservations"), field("remaining"))
+}
+
 #[test]
 fn debt_is_bounded_and_refuses_until_repaid() {
     let s = Server::start();

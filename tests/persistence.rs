@@ -111,6 +111,103 @@ fn aof_without_rdb_preamble_keeps_state() {
     aof_round_trip("no");
 }
 
+/// The commands of the AOF's incremental files, each as its arguments (RESP arrays of bulk
+/// strings, binary-safe).
+fn aof_commands(dir: &std::path::Path) -> Vec<Vec<Vec<u8>>> {
+    let mut aof = Vec::new();
+    for entry in std::fs::read_dir(dir.join("appendonlydir")).expect("aof dir") {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            aof.extend(std::fs::read(path).unwrap());
+        }
+    }
+    let mut rest = &aof[..];
+    let line = |rest: &mut &[u8], prefix: u8| -> usize {
+        let end = find(rest, b"\r\n");
+        assert_eq!(rest[0], prefix, "{}", String::from_utf8_lossy(rest));
+        let n = std::str::from_utf8(&rest[1..end]).unwrap().parse().unwrap();
+        *rest = &rest[end + 2..];
+        n
+    };
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let argc = line(&mut rest, b'*');
+        let mut args = Vec::with_capacity(argc);
+        for _ in 0..argc {
+            let len = line(&mut rest, b'$');
+            args.push(rest[..len].to_vec());
+            rest = &rest[len + 2..];
+        }
+        out.push(args);
+    }
+    out
+}
+
+/// `RL.SETTLE ... FORGET` is logged as the forget time the primary set (a microsecond after
+/// the settlement), so an AOF load forgets the reservation too, before and after a rewrite.
+#[test]
+fn a_forgotten_reservation_stays_forgotten_after_an_aof_load() {
+    let mut s = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
+    let mut c = s.conn();
+    let key = "idem:t7";
+    // 10 an hour, capacity 100: nothing refills while the test runs.
+    let rule = "10 1h BURST 100 COST 10";
+    let settle = |c: &mut Connection, id: &str, actual: u64, forget: bool| {
+        let mut command = cmd("RL.SETTLE");
+        command.arg(key).arg(id).arg(actual);
+        if forget {
+            command.arg("FORGET");
+        }
+        command.query::<Option<(i64, i64)>>(c).unwrap()
+    };
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k1"))[1], 90);
+    assert_eq!(settle(&mut c, "k1", 14, true), Some((4, 86)));
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k2"))[1], 76);
+    assert_eq!(settle(&mut c, "k2", 3, false), Some((-7, 83)));
+    assert_eq!(settle(&mut c, "k2", 3, true), Some((-7, 83)));
+    // Each change is one RL.RESERVESET: the two that forget set expires_us to now_us + 1 µs.
+    let forgets: Vec<(bool, usize)> = aof_commands(&s.dir)
+        .iter()
+        .filter(|a| a[0].eq_ignore_ascii_case(b"RL.RESERVESET"))
+        .map(|a| {
+            let n = |i: usize| -> u64 { String::from_utf8_lossy(&a[i]).parse().unwrap() };
+            (n(5) == n(3) + 1, a.len())
+        })
+        .collect();
+    assert_eq!(
+        forgets,
+        [(false, 9), (true, 11), (false, 9), (false, 11), (true, 11)],
+        "(expires_us is now_us + 1, arguments) of each"
+    );
+    let state = |c: &mut Connection| -> (String, i64) {
+        let at: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+        (digest(c, key.as_bytes()), at)
+    };
+    let before = state(&mut c);
+    // From the logged effects, then from a rewrite (RL.SETSTATE of the whole key).
+    s.restart(false, &[]);
+    assert_eq!(state(&mut s.conn()), before, "loaded from the effects");
+    let _: () = cmd("BGREWRITEAOF").query(&mut s.conn()).unwrap();
+    wait_until(30, "the AOF rewrite", || {
+        let info: String = cmd("INFO").arg("persistence").query(&mut s.conn()).unwrap();
+        info.contains("aof_rewrite_in_progress:0") && !info.contains("aof_rewrite_scheduled:1")
+    });
+    s.restart(false, &[]);
+    let mut c = s.conn();
+    assert_eq!(state(&mut c), before, "loaded from the rewrite");
+    assert_eq!(settle(&mut c, "k1", 14, false), None);
+    assert_eq!(settle(&mut c, "k2", 3, false), None);
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k1"))[1], 73);
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k2"))[1], 63);
+}
+
 /// `RL.INFO`'s `entries` of a `log` key (0 when the key does not exist).
 fn log_entries(c: &mut Connection, key: &str) -> u64 {
     let v: Value = cmd("RL.INFO").arg(key).query(c).unwrap();

@@ -107,12 +107,12 @@ fn randomized_workload_leaves_identical_digests() {
             14 => {
                 let key = format!("res:{}", rng.below(10));
                 let id = format!("id{}", rng.below(20));
-                let _: Value = cmd("RL.SETTLE")
-                    .arg(&key)
-                    .arg(&id)
-                    .arg(rng.below(40))
-                    .query(&mut c)
-                    .expect("settle");
+                let mut settle = cmd("RL.SETTLE");
+                settle.arg(&key).arg(&id).arg(rng.below(40));
+                if rng.below(3) == 0 {
+                    settle.arg("FORGET");
+                }
+                let _: Value = settle.query(&mut c).expect("settle");
             }
             15 => {
                 let slot = rng.below(100);
@@ -185,6 +185,67 @@ fn randomized_workload_leaves_identical_digests() {
         compared += 1;
     }
     assert!(compared > 50);
+}
+
+fn settle(c: &mut Connection, key: &str, id: &str, actual: u64, forget: bool) -> Value {
+    let mut command = cmd("RL.SETTLE");
+    command.arg(key).arg(id).arg(actual);
+    if forget {
+        command.arg("FORGET");
+    }
+    command.query(c).expect("RL.SETTLE")
+}
+
+/// `RL.SETTLE ... FORGET` reaches the replica as the primary left the key: the reservation is
+/// forgotten there too, so after a failover a retried settlement replies nil and the same id
+/// is charged anew.
+#[test]
+fn a_forgotten_reservation_is_forgotten_on_the_replica() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&primary);
+    let (mut c, mut r) = (primary.conn(), replica.conn());
+    let key = "idem:{t:7}";
+    let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+    let state = |c: &mut Connection| -> (String, i64, Value) {
+        let at: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+        let info: Vec<Value> = cmd("RL.INFO").arg(key).query(c).unwrap();
+        let live = info
+            .chunks(2)
+            .find(|f| f[0] == Value::BulkString(b"reservations".to_vec()))
+            .map(|f| f[1].clone())
+            .expect("reservations in RL.INFO");
+        (digest(c, key.as_bytes()), at, live)
+    };
+    // 10 an hour, capacity 100: nothing refills while the test runs.
+    let rule = "10 1h BURST 100 COST 10";
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k1"))[1], 90);
+    assert_eq!(
+        admit(&mut c, &format!("{key} {rule} RESERVE k2 KEEP 100ms"))[1],
+        80
+    );
+    assert_eq!(settle(&mut c, key, "k1", 14, false), pair(4, 76));
+    // k2 is forgotten by the time the settled k1 is: that write drops it on both sides.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(settle(&mut c, key, "k1", 30, true), pair(4, 76));
+    wait_for_sync(&primary, &replica);
+    let on_primary = state(&mut c);
+    assert_eq!(on_primary.2, Value::Int(0), "none live");
+    assert_eq!(state(&mut r), on_primary);
+    // A reservation settled and forgotten at once.
+    assert_eq!(admit(&mut c, &format!("{key} {rule} RESERVE k3"))[1], 66);
+    assert_eq!(settle(&mut c, key, "k3", 5, true), pair(-5, 71));
+    wait_for_sync(&primary, &replica);
+    let on_primary = state(&mut c);
+    assert_eq!(on_primary.2, Value::Int(0), "none live");
+    assert_eq!(state(&mut r), on_primary);
+    // The failover: the replica answers as the primary would have.
+    let _: () = cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    for id in ["k1", "k2", "k3"] {
+        assert_eq!(settle(&mut r, key, id, 14, false), Value::Nil, "{id}");
+    }
+    assert_eq!(admit(&mut r, &format!("{key} {rule} RESERVE k1"))[1], 61);
+    assert_eq!(admit(&mut r, &format!("{key} {rule} RESERVE k3"))[1], 51);
 }
 
 fn repl_offset(c: &mut Connection) -> i64 {

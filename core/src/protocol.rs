@@ -36,6 +36,7 @@ pub mod token {
     pub const WANT: &str = "WANT";
     pub const TTL: &str = "TTL";
     pub const ID: &str = "ID";
+    pub const FORGET: &str = "FORGET";
 }
 
 /// Reply fields, in the order of the RESP2 array (RESP3 replies are maps with these names).

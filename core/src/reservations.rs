@@ -127,6 +127,14 @@ impl Reservations {
         }
     }
 
+    /// Moves `id`'s forget time to `at_us` (no later than it was).
+    pub fn forget_at(&mut self, id: &[u8], at_us: u64) {
+        if let Some((expires_us, kept)) = self.by_id.get(id) {
+            let (expires_us, kept) = (expires_us.min(at_us), *kept);
+            self.by_id.insert(id, expires_us, kept);
+        }
+    }
+
     /// When the last reservation is forgotten (0 when there is none).
     pub fn until_us(&self) -> u64 {
         self.by_id.latest()

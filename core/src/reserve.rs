@@ -89,9 +89,26 @@ impl Limiter {
     /// capacity). `None` for an unknown or forgotten id. Settling again replies the first
     /// settlement and changes nothing; the flag tells whether this call changed the state.
     pub fn settle(&mut self, id: &[u8], actual: u64, now_us: u64) -> Option<(Settlement, bool)> {
+        self.settle_then(id, actual, now_us, false)
+    }
+
+    /// [`Limiter::settle`], then, with `forget`, the reservation is forgotten a microsecond
+    /// later (the least time a replica's replay can be told): a retried settlement then
+    /// replies nil, and `RESERVE id` reserves anew. Forgetting a settled reservation replies
+    /// its first settlement and changes only its forget time.
+    pub fn settle_then(
+        &mut self,
+        id: &[u8],
+        actual: u64,
+        now_us: u64,
+        forget: bool,
+    ) -> Option<(Settlement, bool)> {
         let r = self.reservations.as_ref()?.get(id, now_us)?;
         if let Some(done) = r.settled {
-            return Some((done, false));
+            if forget {
+                self.forget_after(id, now_us);
+            }
+            return Some((done, forget));
         }
         let delta = i128::from(actual) - i128::from(r.estimate);
         let rule = self.rule;
@@ -116,7 +133,21 @@ impl Limiter {
         if let Some(rs) = self.reservations.as_mut() {
             rs.settle(id, s, now_us);
         }
+        if forget {
+            self.forget_after(id, now_us);
+        }
         Some((s, true))
+    }
+
+    /// Forgets `id` a microsecond after `now_us`, first dropping the reservations forgotten by
+    /// then: `RL.RESERVESET` replays every change at `now_us` that way, so a replica holds the
+    /// same reservations (a settled one forgotten without this would keep expired ones a
+    /// replica drops, and their digests would differ).
+    fn forget_after(&mut self, id: &[u8], now_us: u64) {
+        if let Some(rs) = self.reservations.as_mut() {
+            rs.prune(now_us);
+            rs.forget_at(id, now_us.saturating_add(1));
+        }
     }
 
     /// Replays one reservation change made on a primary at `now_us` (`RL.RESERVESET`): the key
@@ -293,6 +324,88 @@ mod tests {
         assert_eq!(later.remaining, 15);
         assert_eq!(l.settle(b"unknown", 1, T0 + HOUR), None);
         assert_eq!(l.settle(b"r", 1, T0 + 3 * HOUR), None, "forgotten");
+    }
+
+    #[test]
+    fn a_settlement_with_forget_lets_the_same_id_be_charged_anew() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            // 10 per hour, capacity 100: nothing refills in the microseconds this test spans.
+            let rule = Rule::new(algo, 10, HOUR, Some(100)).unwrap();
+            let mut l = Limiter::new(algo, rule);
+            let ask = Ask::new(algo, rule, 10);
+            let (d, _) = l.reserve_ask(ask, b"idem-1", HOUR, T0).unwrap();
+            assert_eq!(d.remaining, 90);
+            let (s, changed) = l.settle_then(b"idem-1", 14, T0, true).unwrap();
+            assert!(changed);
+            assert_eq!((s.delta, s.remaining), (4, 86), "{algo:?}");
+            let r = l.reservations().unwrap().entries().next().unwrap().1;
+            assert_eq!(r.expires_us, T0 + 1, "forgotten a microsecond later");
+            // A retried settlement a microsecond later finds nothing, and changes nothing.
+            let before = l.clone();
+            assert_eq!(l.settle(b"idem-1", 14, T0 + 1), None);
+            assert_eq!(l.settle_then(b"idem-1", 14, T0 + 1, true), None);
+            assert_eq!(l, before);
+            // The same id reserves, and spends, anew: 86 - 10.
+            let (d, changed) = l.reserve_ask(ask, b"idem-1", HOUR, T0 + 1).unwrap();
+            assert!(changed && d.allowed);
+            assert_eq!(d.remaining, 76, "{algo:?}");
+            assert_eq!(l.reservations().unwrap().live(T0 + 1), 1);
+            // And settles anew: a credit of 10 this time.
+            let (s, _) = l.settle(b"idem-1", 0, T0 + 2).unwrap();
+            assert_eq!((s.delta, s.remaining), (-10, 86), "{algo:?}");
+        }
+    }
+
+    #[test]
+    fn forgetting_a_settled_reservation_replies_its_first_settlement() {
+        for algo in [Algo::Gcra, Algo::Bucket] {
+            let rule = Rule::new(algo, 10, HOUR, Some(100)).unwrap();
+            let mut l = Limiter::new(algo, rule);
+            l.reserve_ask(Ask::new(algo, rule, 10), b"idem-2", HOUR, T0)
+                .unwrap();
+            let (first, _) = l.settle(b"idem-2", 14, T0).unwrap();
+            let state = l.state().clone();
+            // Another actual, later: the first reply, and only the forget time changes.
+            let (s, changed) = l.settle_then(b"idem-2", 3, T0 + S, true).unwrap();
+            assert!(changed, "the forget time changed");
+            assert_eq!(s, first);
+            assert_eq!((s.delta, s.remaining), (4, 86), "{algo:?}");
+            assert_eq!(*l.state(), state, "{algo:?}: the balance is untouched");
+            let (_, r) = l.reservations().unwrap().entries().next().unwrap();
+            assert_eq!((r.expires_us, r.settled), (T0 + S + 1, Some(first)));
+            assert_eq!(l.settle(b"idem-2", 14, T0 + S + 1), None);
+        }
+    }
+
+    /// What a replica does with the effect (`RL.RESERVESET` of the reservation as the primary
+    /// holds it, at the primary's time) leaves it equal to the primary, forgotten reservations
+    /// not yet dropped included.
+    #[test]
+    fn a_forgetting_settlement_replays_to_the_same_state() {
+        let (mut primary, rule) = read_bucket(Algo::Gcra);
+        let ask = Ask::new(Algo::Gcra, rule, 2);
+        primary.reserve_ask(ask, b"short", S, T0).unwrap();
+        primary.reserve_ask(ask, b"first", HOUR, T0).unwrap();
+        primary.reserve_ask(ask, b"second", HOUR, T0).unwrap();
+        primary.settle(b"second", 5, T0).unwrap();
+        let mut replica = primary.clone();
+        let replay = |primary: &Limiter, replica: &mut Limiter, id: &[u8], now| {
+            let mut to = primary.clone();
+            to.take_reservations();
+            let r = primary.reservations().unwrap().get(id, now).unwrap();
+            replica.replay_reservation(to, id, r, now).unwrap();
+        };
+        // "short" is forgotten by now: forgetting the settled "second" drops it, as the replay
+        // does.
+        let now = T0 + 2 * S;
+        for (id, actual) in [(&b"second"[..], 9), (b"first", 1)] {
+            let (_, changed) = primary.settle_then(id, actual, now, true).unwrap();
+            assert!(changed);
+            replay(&primary, &mut replica, id, now);
+            assert_eq!(replica, primary, "{}", String::from_utf8_lossy(id));
+        }
+        assert_eq!(primary.reservations().unwrap().entries().count(), 2);
+        assert_eq!(primary.reservations().unwrap().live(now + 1), 0);
     }
 
     #[test]

@@ -208,10 +208,15 @@ pub static ACQUIRE_ARGS: [Arg; 4] = [
 pub static RELEASE_ARGS: [Arg; 2] = [KEY_ARG, HOLDER_ARG];
 pub static RENEW_ARGS: [Arg; 3] = [KEY_ARG, HOLDER_ARG, LEASE_ARG];
 
-pub static SETTLE_ARGS: [Arg; 3] = [
+pub static SETTLE_ARGS: [Arg; 4] = [
     KEY_ARG,
     described(arg(c"id", STRING), c"the reservation id given to RESERVE"),
     described(arg(c"actual", INTEGER), c"the actual cost, 0 to 10^15"),
+    Arg {
+        flags: OPTIONAL,
+        summary: Some(c"then forget the reservation: the same id reserves, and is charged, anew"),
+        ..pure_token(c"FORGET", c"forget")
+    },
 ];
 
 static RULE_ARGS: [Arg; 6] = [

@@ -318,7 +318,7 @@ pub static COMMANDS: [Command; 12] = [
         callback: callback!(settle::run),
         flags: c"write deny-oom fast",
         keys: Keys::First(docs::KEY_RW_UPDATE),
-        arity: 4,
+        arity: -4,
         summary: c"Settles a reservation with the actual cost: debits or credits the difference.",
         complexity: c"O(log N) in the key's reservations",
         args: &docs::SETTLE_ARGS,

@@ -1,4 +1,4 @@
-//! `RL.SETTLE key id actual`: settles a reservation with the actual cost.
+//! `RL.SETTLE key id actual [FORGET]`: settles a reservation with the actual cost.
 
 use super::reply::{int, Value};
 use super::write::{update, Effect};
@@ -26,11 +26,12 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
 }
 
 fn settle(call: &Call<'_>) -> Result<Option<Settlement>, CmdError> {
-    let (id, actual) = parse_settle(call.args.get(2..).unwrap_or_default())?;
+    let settle = parse_settle(call.args.get(2..).unwrap_or_default())?;
+    let (id, actual) = (settle.id, settle.actual);
     let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
     let settled = update(call, &mut key, 1, None, |l| {
-        Ok(match l.settle(id, actual, now) {
+        Ok(match l.settle_then(id, actual, now, settle.forget) {
             Some((s, changed)) => (
                 Some(s),
                 changed.then_some(Effect::Reservation { id, now_us: now }),

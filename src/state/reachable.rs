@@ -66,6 +66,7 @@ enum Op {
     Settle {
         id: u8,
         actual: u8,
+        forget: bool,
     },
     Grant {
         rule: usize,
@@ -111,7 +112,11 @@ fn op() -> impl Strategy<Value = Op> {
                 keep_max,
             }
         }),
-        (0u8..4, any::<u8>()).prop_map(|(id, actual)| Op::Settle { id, actual }),
+        (0u8..4, any::<u8>(), any::<bool>()).prop_map(|(id, actual, forget)| Op::Settle {
+            id,
+            actual,
+            forget
+        }),
         (0usize..64, any::<u8>()).prop_map(|(rule, want)| Op::Grant { rule, want }),
         (0usize..64, proptest::option::of(0u8..6))
             .prop_map(|(rule, holder)| Op::Acquire { rule, holder }),
@@ -185,13 +190,13 @@ fn run(family: usize, ops: &[Op]) -> Result<(), TestCaseError> {
                 let id = [b'r', id];
                 let _ = l.reserve_ask(Ask::new(a, r, cost_of(&r, cost)), &id, keep, now);
             }
-            Op::Settle { id, actual } => {
+            Op::Settle { id, actual, forget } => {
                 let actual = if actual > 200 {
                     MAX_COUNT
                 } else {
                     u64::from(actual)
                 };
-                let _ = l.settle(&[b'r', id], actual, now);
+                let _ = l.settle_then(&[b'r', id], actual, now, forget);
             }
             Op::Grant { rule, want } => {
                 let (a, r) = pick(rule, rule);

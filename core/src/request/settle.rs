@@ -1,19 +1,37 @@
 //! `RL.SETTLE`'s request, parsed from the arguments after the key.
 
-use crate::error::Error;
+use crate::error::{printable, Error};
 use crate::parse::{parse_count, parse_id};
-use crate::protocol::command;
+use crate::protocol::{command, token};
 use crate::rule::MAX_COUNT;
 
-/// Parses `id actual` (after the key): the reservation and the units it actually cost.
-pub fn parse_settle<A: AsRef<[u8]>>(args: &[A]) -> Result<(&[u8], u64), Error> {
-    match args {
-        [id, actual] => Ok((
-            parse_id(id.as_ref(), "id")?,
-            parse_count(actual.as_ref(), "actual", 0, MAX_COUNT)?,
-        )),
-        _ => Err(Error::Arity(command::SETTLE)),
-    }
+/// `id actual [FORGET]` (after the key): the reservation, the units it actually cost, and
+/// whether it is forgotten once settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle<'a> {
+    pub id: &'a [u8],
+    pub actual: u64,
+    pub forget: bool,
+}
+
+/// Parses `id actual [FORGET]` (after the key).
+pub fn parse_settle<A: AsRef<[u8]>>(args: &[A]) -> Result<Settle<'_>, Error> {
+    let (id, actual, forget) = match args {
+        [id, actual] => (id, actual, false),
+        [id, actual, option] => {
+            let option = option.as_ref();
+            if !option.eq_ignore_ascii_case(token::FORGET.as_bytes()) {
+                return Err(Error::Syntax(printable(option)));
+            }
+            (id, actual, true)
+        }
+        _ => return Err(Error::Arity(command::SETTLE)),
+    };
+    Ok(Settle {
+        id: parse_id(id.as_ref(), "id")?,
+        actual: parse_count(actual.as_ref(), "actual", 0, MAX_COUNT)?,
+        forget,
+    })
 }
 
 #[cfg(test)]
@@ -22,14 +40,27 @@ mod tests {
 
     #[test]
     fn parsing() {
-        assert_eq!(parse_settle(&["req-1", "0"]).unwrap(), (&b"req-1"[..], 0));
+        let settle = |id, actual, forget| Settle { id, actual, forget };
+        assert_eq!(
+            parse_settle(&["req-1", "0"]).unwrap(),
+            settle(b"req-1", 0, false)
+        );
+        assert_eq!(
+            parse_settle(&["req-1", "7", "forget"]).unwrap(),
+            settle(b"req-1", 7, true)
+        );
         let e = |args: &[&str]| parse_settle(args).unwrap_err().to_string();
         assert_eq!(
             e(&["req-1", "-1"]),
             "ERR actual must be in the range [0, 1000000000000000]"
         );
+        assert_eq!(e(&["req-1", "1", "KEEP"]), "ERR syntax error near 'KEEP'");
         assert_eq!(
             e(&["req-1"]),
+            "ERR wrong number of arguments for 'RL.SETTLE' command"
+        );
+        assert_eq!(
+            e(&["req-1", "1", "FORGET", "FORGET"]),
             "ERR wrong number of arguments for 'RL.SETTLE' command"
         );
     }

@@ -33,6 +33,7 @@ const JUNK: &[&str] = &[
     "DRYRUN",
     "RESERVE",
     "KEEP",
+    "FORGET",
     "WANT",
     "TTL",
     "ID",
@@ -144,6 +145,9 @@ fn random_command(rng: &mut Rng, prefix: &str) -> Vec<String> {
             let id = pick(rng, &["r1", "r2", "r3", "r9"]).to_string();
             let actual = pick(rng, &["0", "1", "5", "40", "1000000000000000"]).to_string();
             args.extend(["RL.SETTLE".into(), key(rng), id, actual]);
+            if rng.below(3) == 0 {
+                args.push(pick(rng, &["FORGET", "forget"]).into());
+            }
         }
         9 => {
             // A well-formed call with one argument replaced, cut or added.
@@ -336,6 +340,62 @@ fn large_rules_decide_exactly_as_the_module() {
         let agree = match (&a, &b) {
             (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
             (Err(x), Err(y)) => error_text(x) == error_text(y),
+            _ => false,
+        };
+        assert!(agree, "{line}\n  module {a:?}\n  script {b:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RL.SETTLE ... FORGET: the same id is charged anew, in both modes.
+
+#[test]
+fn a_forgotten_reservation_is_charged_anew_in_both_modes() {
+    let module = Server::start();
+    let plain = Server::start_plain(&[]);
+    let (mut m, mut s) = (module.conn(), plain.conn());
+    let sha = load_script(&mut s);
+    let lines = [
+        "RL.ADMIT fg:1 10 1h BURST 100 COST 10 RESERVE idem KEEP 1h",
+        "RL.ADMIT fg:1 10 1h BURST 100 COST 10 RESERVE other KEEP 2h",
+        "RL.SETTLE fg:1 idem 14 KEEP",
+        "RL.SETTLE fg:1 idem 14 FORGET FORGET",
+        "RL.SETTLE fg:1 idem 14 forget",
+        "RL.SETTLE fg:1 idem 14",
+        "RL.SETTLE fg:1 idem 14 FORGET",
+        "RL.INFO fg:1",
+        "RL.ADMIT fg:1 10 1h BURST 100 COST 10 RESERVE idem KEEP 1h",
+        "RL.INFO fg:1",
+        // A settled reservation, then forgotten: its first settlement, and the key's TTL
+        // follows the reservation left.
+        "RL.SETTLE fg:1 other 2",
+        "RL.SETTLE fg:1 other 30 FORGET",
+        "RL.SETTLE fg:1 other 30",
+        "RL.INFO fg:1",
+        "RL.SETTLE fg:1 idem 10 FORGET",
+        "RL.INFO fg:1",
+        "RL.SETTLE fg:2 nothing 1 FORGET",
+        // A key that refills within minutes lives as long as its latest reservation: forgetting
+        // that one shortens its TTL to the next one's (1h), then to the refill (12 minutes).
+        "RL.ADMIT fg:3 100 1h BURST 100 COST 10 RESERVE a KEEP 2h",
+        "RL.ADMIT fg:3 100 1h BURST 100 COST 10 RESERVE b KEEP 1h",
+        "RL.SETTLE fg:3 a 10 FORGET",
+        "RL.INFO fg:3",
+        "RL.SETTLE fg:3 b 10",
+        "RL.SETTLE fg:3 b 0 FORGET",
+        "RL.INFO fg:3",
+        // An empty id (two spaces), then with a bad token too: the token is checked first.
+        "RL.SETTLE fg:1  1 FORGET",
+        "RL.SETTLE fg:1  -1 KEEP",
+        "RL.SETTLE fg:1 idem",
+    ];
+    for line in lines {
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
+        let a = module_call(&mut m, &args);
+        let b = script_call(&mut s, &sha, &args);
+        let agree = match (&a, &b) {
+            (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
+            (Err(x), Err(y)) => normal_error(&error_text(x)) == normal_error(&error_text(y)),
             _ => false,
         };
         assert!(agree, "{line}\n  module {a:?}\n  script {b:?}");

@@ -806,6 +806,23 @@ function R.prune_reservations(key, now)
   return left
 end
 
+-- RL.SETTLE ... FORGET: reservation r is forgotten a microsecond after now (kept until the next
+-- prune, as the module keeps it), and the key lives on for its other reservations only: ru
+-- becomes their latest forget time.
+function R.forget_reservation(key, l, id, r, now)
+  r.expires = math.min(r.expires, now + 1)
+  R.put_reservation(key, id, r)
+  local all = redis.call('HGETALL', key)
+  local ru = 0
+  for i = 1, #all, 2 do
+    if all[i]:sub(1, 2) == 'r:' then
+      ru = math.max(ru, tonumber(all[i + 1]:match('^%d+')))
+    end
+  end
+  l.ru = ru
+  redis.call('HSET', key, 'ru', R.int(ru))
+end
+
 function R.live_reservations(key, now)
   local all = redis.call('HGETALL', key)
   local live = 0
@@ -1002,8 +1019,13 @@ commands['RL.GRANT'] = function(args)
 end
 
 commands['RL.SETTLE'] = function(args)
-  if #args ~= 3 then
+  if #args < 3 or #args > 4 then
     R.arity('RL.SETTLE')
+  end
+  -- The token is checked before the id and the actual, as the module parses them.
+  local forget = args[4] ~= nil
+  if forget and not R.is(args[4], 'FORGET') then
+    R.fail('ERR syntax error near \'' .. R.printable(args[4]) .. '\'')
   end
   local key = args[1]
   local id = R.parse_id(args[2], 'id')
@@ -1019,6 +1041,12 @@ commands['RL.SETTLE'] = function(args)
     return false
   end
   if r.delta then
+    if forget then
+      -- The forgotten ones go first, as the module drops them on this write too.
+      R.prune_reservations(key, now)
+      R.forget_reservation(key, l, id, r, now)
+      R.save(key, l)
+    end
     return { r.delta, r.settled }
   end
   local delta = actual - r.estimate
@@ -1043,7 +1071,11 @@ commands['RL.SETTLE'] = function(args)
   local s = { delta = applied, remaining = aw > 0 and aw or 0 }
   R.prune_reservations(key, now)
   r.delta, r.settled = s.delta, s.remaining
-  R.put_reservation(key, id, r)
+  if forget then
+    R.forget_reservation(key, l, id, r, now)
+  else
+    R.put_reservation(key, id, r)
+  end
   R.save(key, l)
   return { s.delta, s.remaining }
 end

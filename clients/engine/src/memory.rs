@@ -288,14 +288,14 @@ impl MemoryStore {
     }
 
     fn settle(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
-        let (id, actual) = match parse_settle(args) {
+        let settle = match parse_settle(args) {
             Ok(r) => r,
             Err(e) => return error(e),
         };
         let Some(mut l) = self.load(&key, None, now_us) else {
             return Reply::Nil;
         };
-        match l.settle(id, actual, now_us) {
+        match l.settle_then(settle.id, settle.actual, now_us, settle.forget) {
             Some((s, changed)) => {
                 if changed {
                     self.keep(key, l);

@@ -181,7 +181,12 @@ impl Run {
             // The lease stays known: a later `tick` or `finish` of it must give nothing.
             let (lease, _) = self.leases.get_mut(id).ok_or("no lease of that request")?;
             let actual = step.get("actual_cost").and_then(Value::as_str);
-            let calls = lease.finish(actual.map(str::as_bytes));
+            // The response's status: 200 unless the step says otherwise (`null`: unknown).
+            let status = match step.get("status") {
+                None => Some(200),
+                Some(s) => s.as_u64().and_then(|s| u16::try_from(s).ok()),
+            };
+            let calls = lease.finish(status, actual.map(str::as_bytes));
             expect_calls(step.get("calls"), &calls)?;
             self.send_to_memory(&calls);
             return Ok(());

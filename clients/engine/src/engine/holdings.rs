@@ -1,6 +1,7 @@
 //! What an admitted request holds until its response ends: semaphore slots, renewed at a third
 //! of the shortest lease while the backend works and released at the end whatever the outcome,
-//! and reservations, settled with the units the backend reported or left at their estimate.
+//! and reservations, settled with the units the backend reported or left at their estimate,
+//! and forgotten once a 2xx says the work was done.
 
 use std::time::Duration;
 
@@ -81,26 +82,35 @@ impl Holdings {
             .collect()
     }
 
-    /// The calls at the response's end: settlements with the reported units (`X-Actual-Cost`,
-    /// when valid), then releases. A settle is idempotent in the module, so a retried one
-    /// changes nothing.
-    pub fn finish(&mut self, actual_cost: Option<&[u8]>) -> Vec<Call> {
-        let mut calls = self.settle(actual_cost);
+    /// The calls at the response's end (its status, when the driver knows it, and
+    /// `X-Actual-Cost`): settlements, then releases. A settle is idempotent in the module, so
+    /// a retried one changes nothing.
+    pub fn finish(&mut self, status: Option<u16>, actual_cost: Option<&[u8]>) -> Vec<Call> {
+        let mut calls = self.settle(status, actual_cost);
         calls.extend(self.release());
         calls
     }
 
-    /// The settlements alone (a driver sends them before passing the response on).
-    pub fn settle(&mut self, actual: Option<&[u8]>) -> Vec<Call> {
+    /// The settlements alone (a driver sends them before passing the response on). After a
+    /// 2xx the work was done: each reservation is settled (with the reported units, or its
+    /// estimate when none are reported) and forgotten, so the same `Idempotency-Key` is then
+    /// charged like a new request; it dedupes retries, not work. Any other status, or none
+    /// known, keeps a reservation made under the caller's key (a retry of a failed attempt is
+    /// not charged again) and settles only reported units; one under a drawn id is forgotten
+    /// all the same, since no retry can name it.
+    pub fn settle(&mut self, status: Option<u16>, actual: Option<&[u8]>) -> Vec<Call> {
         let reserved = std::mem::take(&mut self.reserved);
-        let Some(actual) = actual.and_then(actual_cost) else {
-            return Vec::new();
-        };
+        let actual = actual.and_then(actual_cost);
+        let done = status.is_some_and(|s| (200..300).contains(&s));
         reserved
             .into_iter()
-            .map(|r| Call {
-                args: command::settle(&r.key, &r.id, actual),
-                key: r.key,
+            .filter_map(|r| {
+                let args = if done || !r.retriable {
+                    command::settle_and_forget(&r.key, &r.id, actual.unwrap_or(r.estimate))
+                } else {
+                    command::settle(&r.key, &r.id, actual?)
+                };
+                Some(Call { args, key: r.key })
             })
             .collect()
     }

@@ -159,6 +159,8 @@ pub(crate) struct Outcomes {
     pub(crate) refused: Vec<(usize, u64)>,
     pub(crate) outcomes: Vec<(usize, HeaderOutcome)>,
     pub(crate) shadow_refused: Vec<usize>,
+    /// Refusals that are not cached: their end may come any moment.
+    pub(crate) uncached: Vec<usize>,
 }
 
 impl Shared {
@@ -215,7 +217,8 @@ impl Shared {
             let cacheable = ctx
                 .keyed
                 .get(*i)
-                .filter(|k| matches!(k.rule.kind, RuleKind::Rate(_)));
+                .filter(|k| matches!(k.rule.kind, RuleKind::Rate(_)))
+                .filter(|_| !answer.uncached.contains(i));
             if let Some(k) = cacheable {
                 self.cache.refused(
                     &k.rule.name,

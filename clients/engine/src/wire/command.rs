@@ -284,6 +284,14 @@ pub fn settle(key: &[u8], id: &[u8], actual: u64) -> Args {
     cmd
 }
 
+/// `RL.SETTLE key id actual FORGET`: settles, then forgets the reservation, so the same id
+/// reserves anew.
+pub fn settle_and_forget(key: &[u8], id: &[u8], actual: u64) -> Args {
+    let mut cmd = settle(key, id, actual);
+    cmd.arg(token::FORGET);
+    cmd
+}
+
 pub fn info(key: &[u8]) -> Args {
     let mut cmd = Args::new(command::INFO);
     cmd.arg(key);

@@ -191,6 +191,12 @@ fn no_error(v: &Value) -> Result<(), Error> {
     }
 }
 
+/// Whether `v` is the module's refusal of a reservation on a key that keeps as many as it may
+/// (its text as the module and the script write it).
+pub fn reservations_full(v: &Value) -> bool {
+    matches!(v, Value::Error(text) if *text == rl_core::error::Error::TooManyReservations.to_string())
+}
+
 pub fn decision(v: &Value) -> Result<Decision, Error> {
     no_error(v)?;
     let r = Record::new(v, &field::ADMIT, command::ADMIT)?;
@@ -332,6 +338,17 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_full_reservation_table_is_told_apart_in_module_and_script_mode() {
+        let text = rl_core::error::Error::TooManyReservations.to_string();
+        // The script (servers without the module) refuses with the module's very text.
+        let script = include_str!("../../../scripts/rl.lua");
+        assert!(script.contains(&format!("R.fail('{text}')")), "{text}");
+        assert!(reservations_full(&Value::Error(text)));
+        assert!(!reservations_full(&Value::Error("ERR syntax error".into())));
+        assert!(!reservations_full(&bulk("ERR the key keeps")));
     }
 
     #[test]

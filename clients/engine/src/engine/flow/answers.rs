@@ -9,6 +9,7 @@ use crate::headers::HeaderOutcome;
 use crate::policy::RuleKind;
 use crate::time::Instant;
 use crate::wire::{reply, Error, Reply};
+use rl_core::bounds::DEFAULT_KEEP_US;
 
 impl Pending {
     pub(super) fn take_reply(
@@ -76,6 +77,18 @@ impl Pending {
                     self.answer.outcomes.push((index, outcome(None)));
                 }
             }
+            Expect::Reserve { index } if reply::reservations_full(&reply) => {
+                // The key keeps as many reservations as the module allows (a tenant's
+                // attempts in flight or failed under distinct Idempotency-Keys): the caller's
+                // doing, so a 429, not a 500. They are all forgotten within the module's keep;
+                // one may end sooner, so the refusal is not cached.
+                let wait = DEFAULT_KEEP_US / 1000;
+                self.answer
+                    .outcomes
+                    .push((index, HeaderOutcome::refused(wait)));
+                self.answer.refused.push((index, wait));
+                self.answer.uncached.push(index);
+            }
             Expect::Reserve { index } => {
                 let decided = reply::decision(&reply)?;
                 self.answer
@@ -86,6 +99,8 @@ impl Pending {
                         self.reserved.push(Reserved {
                             key: k.key.clone().into_bytes(),
                             id: self.id.clone(),
+                            estimate: k.cost(),
+                            retriable: self.keyed_id,
                         });
                     }
                 } else {

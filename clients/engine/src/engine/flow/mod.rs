@@ -19,7 +19,7 @@ use crate::identity::client_ip;
 use crate::metrics::{CallResult, Event};
 use crate::policy::RequestIdentity;
 use crate::time::Instant;
-use crate::wire::command;
+use crate::wire::{command, reply};
 use crate::wire::{Error, Reply};
 
 /// The longest identity value (`user`, `tenant`) a request may carry, in bytes: longer ones
@@ -39,6 +39,11 @@ pub(crate) struct Held {
 pub(crate) struct Reserved {
     pub(crate) key: Vec<u8>,
     pub(crate) id: Vec<u8>,
+    /// The units reserved: what a response that reports none settles.
+    pub(crate) estimate: u64,
+    /// Whether the id is the caller's `Idempotency-Key`'s: only then can a retry name it, so
+    /// only then is it kept past a response that was not a 2xx.
+    pub(crate) retriable: bool,
 }
 
 /// Tokens taken from a chunk, to give back if a later rule refuses.
@@ -80,6 +85,8 @@ pub struct Pending {
     shared: Arc<Shared>,
     pub(super) ctx: Option<Ctx>,
     id: Vec<u8>,
+    /// Whether `id` came from the caller's `Idempotency-Key` (else it is drawn).
+    keyed_id: bool,
     ticket: Option<Ticket>,
     started: Instant,
     deadline: Instant,
@@ -122,6 +129,7 @@ impl Pending {
         let policy = shared.policy.load_full();
         let mut pending = Pending {
             id: Vec::new(),
+            keyed_id: false,
             ticket: None,
             started: now,
             deadline: now.saturating_add(policy.store.timeout),
@@ -190,6 +198,7 @@ impl Pending {
             .filter(|v| !v.is_empty())
             .map(|key| idempotency_id(tenant, route.name(), key))
             .unwrap_or_default();
+        pending.keyed_id = !pending.id.is_empty();
         let ctx = Ctx {
             policy,
             route,
@@ -260,6 +269,13 @@ impl Pending {
         let mut answers = answers.into_iter();
         for expect in expected {
             let reply = match answers.next().unwrap_or(Answer::Timeout) {
+                // The one refusal of the module that the caller provokes: read as a refusal.
+                Answer::Reply(full)
+                    if matches!(expect, Expect::Reserve { .. })
+                        && reply::reservations_full(&full) =>
+                {
+                    Ok(full)
+                }
                 Answer::Reply(Reply::Error(text)) => Err(Error::from_server(&text)),
                 Answer::Reply(reply) => Ok(reply),
                 Answer::Timeout => {
@@ -399,8 +415,10 @@ impl Pending {
             .collect();
         let reserved = std::mem::take(&mut self.reserved);
         if refund {
+            // Refunded and forgotten: the request did no work, so its retry is decided (and
+            // charged) anew rather than handed the refunded reservation's admission.
             calls.extend(reserved.into_iter().map(|r| Call {
-                args: command::settle(&r.key, &r.id, 0),
+                args: command::settle_and_forget(&r.key, &r.id, 0),
                 key: r.key,
             }));
         }

@@ -436,61 +436,6 @@ async fn semaphores_hold_while_the_backend_works_and_shadow_rules_never_refuse()
     }
 }
 
-const SETTLE_POLICY: &str = r#"{
-  "version": 1,
-  "identity": {"user": "x-user", "tenant": "x-tenant"},
-  "rules": {
-    "export": {"key": "{t:${tenant}}:export", "limit": 100, "period": "1h", "cost": 10, "settle": true},
-    "user":   {"key": "{t:${tenant}}:user:${user}", "limit": 3, "period": "1h"}
-  },
-  "routes": [{"method": "POST", "path": "/export", "rules": ["export", "user"]}]
-}"#;
-
-#[tokio::test(flavor = "multi_thread")]
-async fn settle_rules_reserve_then_settle_the_reported_cost_once_per_idempotency_key() {
-    let server = Server::start();
-    let policy = TempFile::new("settle.json", SETTLE_POLICY);
-    let (base, _gateway) = start_gateway(&server, &policy).await;
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
-    let rl = Rl::new(client.get_multiplexed_async_connection().await.unwrap());
-    let remaining = || async {
-        rl.info(b"{t:atlas}:export")
-            .await
-            .unwrap()
-            .unwrap()
-            .remaining
-    };
-    let http = reqwest::Client::new();
-    let export = |query: &str, key: Option<&str>| {
-        let mut request = http
-            .post(format!("{base}/export{query}"))
-            .header("x-tenant", "atlas")
-            .header("x-user", "ann");
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
-        }
-        request.send()
-    };
-
-    // The estimate (10) is reserved, then settled at the 3 units the backend reported.
-    let first = export("?units=3", Some("k1")).await.unwrap();
-    assert_eq!(first.status(), 200);
-    assert!(header(&first, "ratelimit").starts_with(r#""export";r=90;"#));
-    assert_eq!(remaining().await, 97);
-    // A retry with the same key is not charged again (the user rule still counts it).
-    assert_eq!(export("?units=3", Some("k1")).await.unwrap().status(), 200);
-    assert_eq!(remaining().await, 97);
-    // No report: the estimate stands.
-    assert_eq!(export("", None).await.unwrap().status(), 200);
-    assert_eq!(remaining().await, 87);
-    // The user rule refuses the 4th request after the reservation was made: it is refunded.
-    let refused = export("?units=1", None).await.unwrap();
-    assert_eq!(refused.status(), 429);
-    let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
-    assert_eq!(body["violated-policies"], serde_json::json!(["user"]));
-    assert_eq!(remaining().await, 87);
-}
-
 const GRANT_POLICY: &str = r#"{
   "version": 1,
   "identity": {"user": "x-user"},

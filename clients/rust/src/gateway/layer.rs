@@ -152,7 +152,7 @@ where
             let mut leases = leases;
             // Without a report from the backend, the estimate stands.
             let actual = response.headers().get(ACTUAL_COST).map(|v| v.as_bytes());
-            leases.settle(actual).await;
+            leases.settle(response.status().as_u16(), actual).await;
             if leases.is_empty() {
                 return Ok(response);
             }

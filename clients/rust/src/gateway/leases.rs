@@ -47,10 +47,11 @@ impl<C: RlConnection + 'static> Leases<C> {
     }
 
     /// Settles the request's reservations with the units the backend reported in
-    /// `X-Actual-Cost` (absent or invalid: the estimate stands). A settlement that fails
+    /// `X-Actual-Cost` (absent or invalid: the estimate stands); after a 2xx `status` they are
+    /// forgotten, so a reused `Idempotency-Key` is charged anew. A settlement that fails
     /// leaves the estimate standing; a retried one changes nothing.
-    pub async fn settle(&mut self, actual_cost: Option<&[u8]>) {
-        let calls = lock(&self.lease).settle(actual_cost);
+    pub async fn settle(&mut self, status: u16, actual_cost: Option<&[u8]>) {
+        let calls = lock(&self.lease).settle(Some(status), actual_cost);
         send_each(&self.rl, calls).await;
     }
 

@@ -15,7 +15,8 @@ from redis_rl.gateway import Gateway, RateLimitMiddleware
 
 
 async def backend(scope, receive, send):
-    """200 with a small JSON body; waits ?ms=N; reports X-Actual-Cost for ?units=N."""
+    """200 (?status=N: N) with a small JSON body; waits ?ms=N; reports X-Actual-Cost for
+    ?units=N."""
     query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode().split("&") if "=" in p)
     if "ms" in query:
         await asyncio.sleep(int(query["ms"]) / 1000)
@@ -23,7 +24,8 @@ async def backend(scope, receive, send):
     if "units" in query:
         headers.append((b"x-actual-cost", query["units"].encode()))
     body = json.dumps({"ok": True, "path": scope["path"]}).encode()
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    status = int(query.get("status", "200"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

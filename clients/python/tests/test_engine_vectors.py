@@ -247,7 +247,9 @@ class Run:
             # The lease stays known: a later `tick` or `finish` of it must give nothing.
             lease, _ = self.leases[step["finish"]]
             actual = step.get("actual_cost")
-            calls = lease.finish(actual.encode() if actual is not None else None)
+            # The response's status: 200 unless the step says otherwise (null: unknown).
+            calls = lease.finish(actual.encode() if actual is not None else None,
+                                 step.get("status", 200))
             expect_calls(step.get("calls"), calls)
             self.to_memory(calls)
         elif "tick" in step:

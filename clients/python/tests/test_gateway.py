@@ -181,26 +181,6 @@ async def test_a_semaphore_caps_requests_in_flight_and_releases(server):
     await admin.aclose()
 
 
-async def test_settle_with_the_actual_cost(server):
-    import redis_rl
-    rules = {"export": {"key": "{t:${tenant}}:export", "limit": 100, "period": "1h", "cost": 10,
-                        "settle": True}}
-    routes = [{"method": "POST", "path": "/export", "rules": ["export"]}]
-    gw = gateway(server.port, policy(routes, rules))
-    async with http(gw) as c:
-        r = await c.post("/export?units=3", headers={"x-tenant": "settle1", "x-user": "u"})
-        retry = await c.post("/export", headers={"x-tenant": "settle1", "x-user": "u",
-                                                  "idempotency-key": "same"})
-        again = await c.post("/export", headers={"x-tenant": "settle1", "x-user": "u",
-                                                  "idempotency-key": "same"})
-    assert r.status_code == 200 and r.headers["ratelimit"].startswith('"export";r=90;')
-    info = await gw.client.info("{t:settle1}:export")
-    # 3 actual, then one reservation of 10 for the key "same", its retry not charged again
-    assert info.remaining == 100 - 3 - 10
-    assert retry.status_code == again.status_code == 200
-    assert isinstance(info, redis_rl.KeyInfo)
-
-
 async def test_grants_spend_locally(server):
     rules = {"global": {"key": "g:${tenant}", "limit": 1000, "period": "1h",
                         "grant": {"want": 10, "ttl": "1h"}}}

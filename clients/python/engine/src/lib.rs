@@ -333,10 +333,17 @@ impl Holdings {
         calls(py, due)
     }
 
-    /// The settlements with the backend's `X-Actual-Cost` (absent or invalid: none).
-    #[pyo3(signature = (actual_cost = None))]
-    fn settle(&mut self, py: Python<'_>, actual_cost: Option<&[u8]>) -> PyResult<Py<PyList>> {
-        calls(py, self.inner.settle(actual_cost))
+    /// The settlements with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
+    /// and the response's status (None: unknown). After a 2xx each reservation is settled and
+    /// forgotten, so its Idempotency-Key is charged anew; otherwise only reported units settle.
+    #[pyo3(signature = (actual_cost = None, status = None))]
+    fn settle(
+        &mut self,
+        py: Python<'_>,
+        actual_cost: Option<&[u8]>,
+        status: Option<u16>,
+    ) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.settle(status, actual_cost))
     }
 
     /// The releases of every slot held.
@@ -345,9 +352,14 @@ impl Holdings {
     }
 
     /// Settlements, then releases: the calls at the response's end.
-    #[pyo3(signature = (actual_cost = None))]
-    fn finish(&mut self, py: Python<'_>, actual_cost: Option<&[u8]>) -> PyResult<Py<PyList>> {
-        calls(py, self.inner.finish(actual_cost))
+    #[pyo3(signature = (actual_cost = None, status = None))]
+    fn finish(
+        &mut self,
+        py: Python<'_>,
+        actual_cost: Option<&[u8]>,
+        status: Option<u16>,
+    ) -> PyResult<Py<PyList>> {
+        calls(py, self.inner.finish(status, actual_cost))
     }
 
     /// How often renewals are due (a third of the shortest lease), in microseconds; None when

@@ -121,7 +121,7 @@ class RateLimitMiddleware:
                         actual = v.decode("latin-1").strip()
                 # settled before the response is passed on: a caller may retry as soon as it
                 # reads it
-                await outcome.settle(actual)
+                await outcome.settle(actual, message.get("status"))
                 message = dict(message)
                 _merge(message, outcome.headers)
             await send(message)
@@ -166,7 +166,8 @@ def install(app) -> None:
 def dependency(gateway: Gateway):
     """A FastAPI dependency deciding the route the request matched in the policy:
     `@app.get("/x", dependencies=[Depends(dependency(gw))])`. Slots are released after the
-    response; a reservation settles with the X-Actual-Cost the endpoint sets on its Response."""
+    response; a reservation settles with the X-Actual-Cost the endpoint sets on its Response
+    (and is forgotten after a 2xx, so a reused Idempotency-Key is charged anew)."""
     from fastapi import Request, Response
 
     async def decide(request: Request, response: Response):
@@ -180,10 +181,16 @@ def dependency(gateway: Gateway):
             raise RateLimited(outcome)
         for k, v in outcome.headers:
             response.headers[k] = v
+        # The status is known only when the endpoint returned: the one it set on `response`,
+        # else the route's own (200 unless declared). An exception leaves it unknown, so the
+        # reservation is kept and a retry of the failed attempt is not charged again.
+        status = None
         try:
             yield outcome
+            route = scope.get("route")
+            status = response.status_code or getattr(route, "status_code", None) or 200
         finally:
-            await asyncio.shield(outcome.finish(response.headers.get("x-actual-cost")))
+            await asyncio.shield(outcome.finish(response.headers.get("x-actual-cost"), status))
 
     # this module's annotations are strings (postponed), which FastAPI would resolve in the
     # module's globals, where fastapi is not imported

@@ -38,8 +38,8 @@ RETRY_PAUSE = 0.05
 
 # The gateway's own overload (clients/SPEC.md, gateway behaviour, section 7): a store call that
 # missed its deadline while the event loop ran this share of store.timeout late or more was not
-# the store's failure (its reply may have been waiting to be read), and while the loop runs a
-# whole store.timeout late a new request is shed before any store call.
+# the store's failure (its reply may have been waiting to be read), and while the loop runs two
+# store timeouts late a new request is shed before any store call (as the Node gateway does).
 OVERLOAD_SHARE = 0.25
 
 # The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
@@ -206,8 +206,8 @@ def _log(records: Sequence[tuple[str, str, str, str, int, str]]) -> None:
 
 class Outcome:
     """What the gateway decided for one routed request. `status` None: admitted, pass it on
-    with `headers` added, `settle` with the backend's X-Actual-Cost, `release` once the response
-    has been sent (or dropped)."""
+    with `headers` added, `settle` with the backend's X-Actual-Cost and status, `release` once
+    the response has been sent (or dropped)."""
 
     __slots__ = ("_gateway", "_heartbeat", "_holdings", "_store", "body", "content_type",
                  "headers", "status")
@@ -239,14 +239,16 @@ class Outcome:
             await asyncio.sleep(every)
             await _send_each(self._store, self._holdings.tick(started, now_us()))
 
-    async def settle(self, actual_cost: str | bytes | None) -> None:
+    async def settle(self, actual_cost: str | bytes | None, status: int | None = None) -> None:
         """Settles the request's reservations with a valid X-Actual-Cost (absent or invalid:
-        the estimate stands). Only the first call counts."""
+        the estimate stands) and the response's status (None: unknown). After a 2xx they are
+        forgotten, so a reused Idempotency-Key is charged anew; after anything else a retry is
+        not charged again. Only the first call counts."""
         if self._holdings is None:
             return
         if isinstance(actual_cost, str):
             actual_cost = actual_cost.encode("latin-1")
-        await self._gateway._send_soon(self._store, self._holdings.settle(actual_cost))
+        await self._gateway._send_soon(self._store, self._holdings.settle(actual_cost, status))
 
     async def release(self) -> None:
         """Releases the request's semaphore slots and stops their renewal. Idempotent."""
@@ -256,8 +258,9 @@ class Outcome:
         if self._holdings is not None:
             await self._gateway._send_soon(self._store, self._holdings.release())
 
-    async def finish(self, actual_cost: str | bytes | None = None) -> None:
-        await self.settle(actual_cost)
+    async def finish(self, actual_cost: str | bytes | None = None,
+                     status: int | None = None) -> None:
+        await self.settle(actual_cost, status)
         await self.release()
 
 
@@ -378,8 +381,8 @@ class Gateway:
         middleware and the dependency alike) is handed to `identify`."""
         timeout = self.engine.store_timeout_us / 1e6
         now = self._lag.watch()
-        if self._lag.since(now - timeout) >= timeout:
-            # The loop is a whole store timeout late: this request would miss its deadline
+        if self._lag.since(now - timeout) >= 2 * timeout:
+            # The loop is two store timeouts late: this request would miss its deadline
             # before its first call was sent. Shed it, without asking anyone who it is.
             shed = self.engine.shed(method, path, headers, peer)
             return None if shed.route is None else Outcome(self, self.client, shed, None, 0)

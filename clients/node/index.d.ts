@@ -203,13 +203,19 @@ export interface GatewayOptions {
   identify?(request: GatewayRequest): Promise<{ user?: string; tenant?: string } | undefined> | { user?: string; tenant?: string } | undefined;
 }
 /** Header values as node:http gives them: one code unit per byte received. */
-export interface GatewayRequest { method: string; path: string; headers: Record<string, string | string[] | undefined>; peer?: string }
+export interface GatewayRequest {
+  method: string; path: string; headers: Record<string, string | string[] | undefined>;
+  /** node:http's `headersDistinct`: read instead of `headers` when given (a repeated header's first value). */
+  headersDistinct?: Record<string, string[] | undefined>; peer?: string;
+}
 export interface GatewayDecision {
   status: number;
   headers: [string, string][];
   /** The problem body (JSON text) of a 429, 503 or 500. */
   body?: string;
-  finish?(response: { actualCost?: unknown }): Promise<void>;
+  /** Settles with the backend's X-Actual-Cost; after a 2xx `status` the reservations are
+   * forgotten, so a reused Idempotency-Key is charged anew (no status: kept). */
+  finish?(response: { actualCost?: unknown; status?: number }): Promise<void>;
   done?(): void;
 }
 export class Gateway {

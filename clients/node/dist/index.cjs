@@ -1287,14 +1287,18 @@ var Gateway = class {
     return this.policy;
   }
   // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
-  // byte received, so keys are those of the other drivers for the same bytes), peer }. Resolves
+  // byte received, so keys are those of the other drivers for the same bytes), headersDistinct?,
+  // peer }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
+  // values with ", " (`x-user: a` twice would be the identity "a, a"), and the engine takes the
+  // first value, as every other face does; `identify` gets `req` as it came. Resolves
   // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
-  // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
-  // response ended or was dropped (releases).
+  // done? }: `finish({ actualCost, status })` once the backend answered (settlement), `done()`
+  // when the response ended or was dropped (releases).
   async decide(req) {
     const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    const headers = req.headersDistinct ?? req.headers;
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
-      return this.answer(this.engine.shed(request, req.headers));
+      return this.answer(this.engine.shed(request, headers));
     }
     if (this.identify && this.engine.routed(req.method, req.path)) {
       const c = await this.identify(req) ?? {};
@@ -1302,14 +1306,14 @@ var Gateway = class {
     }
     const since = import_node_perf_hooks2.performance.now();
     const started = nowUs();
-    const pending = this.engine.begin(request, req.headers, started);
+    const pending = this.engine.begin(request, headers, started);
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== "done") {
       if (step.kind === "wait") {
         await sleep((step.until - nowUs()) / 1e3);
         if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, req.headers);
+          const shed = this.engine.shed(request, headers);
           sendEach(rl, pending.abandon(), this.logger, shed.route);
           return this.answer(shed, rl);
         }
@@ -1354,11 +1358,12 @@ function held(decision, holdings, started, background) {
   const timer = every ? setInterval(() => background(holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();
   let settled = false;
-  decision.finish = async ({ actualCost } = {}) => {
+  decision.finish = async ({ actualCost, status } = {}) => {
     if (settled) return;
     settled = true;
     const actual = Array.isArray(actualCost) ? actualCost[0] : actualCost;
-    await background(holdings.settle(actual === void 0 || actual === null ? null : String(actual)));
+    const known = Number.isInteger(status) && status >= 0 ? status : null;
+    await background(holdings.settle(actual === void 0 || actual === null ? null : String(actual), known));
   };
   let ended = false;
   decision.done = () => {
@@ -1387,7 +1392,7 @@ function settleBeforeSending(res, decision) {
   const end = res.end.bind(res);
   let settled = null;
   const settle2 = () => {
-    settled ??= decision.finish({ actualCost: res.getHeader("x-actual-cost") });
+    settled ??= decision.finish({ actualCost: res.getHeader("x-actual-cost"), status: res.statusCode });
     return settled;
   };
   res.write = (...args) => {
@@ -1407,6 +1412,7 @@ function expressMiddleware(gateway) {
         method: req.method,
         path: req.path ?? new URL(req.url, "http://x").pathname,
         headers: req.headers,
+        headersDistinct: req.headersDistinct,
         peer: req.socket?.remoteAddress
       });
     } catch (err) {
@@ -1441,6 +1447,7 @@ function fastifyPlugin(gateway) {
         method: request.method,
         path: request.url.split("?")[0],
         headers: request.headers,
+        headersDistinct: request.raw.headersDistinct,
         peer: request.socket?.remoteAddress
       });
       if (!decision) return;
@@ -1457,7 +1464,7 @@ function fastifyPlugin(gateway) {
       }
     });
     fastify.addHook("onSend", async (request, reply, payload) => {
-      await request[DECISION]?.finish?.({ actualCost: reply.getHeader("x-actual-cost") });
+      await request[DECISION]?.finish?.({ actualCost: reply.getHeader("x-actual-cost"), status: reply.statusCode });
       return payload;
     });
     fastify.addHook("onResponse", async (request) => {

@@ -36,12 +36,16 @@ export declare class Holdings {
   renewEveryMs(): number | null
   /** The renewals due at `now_us` for a request admitted at `started_us`. */
   tick(startedUs: number, nowUs: number): Array<CallOut>
-  /** The settlements, with the backend's `X-Actual-Cost` (absent or invalid: none). */
-  settle(actualCost?: string | undefined | null): Array<CallOut>
+  /**
+   * The settlements, with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
+   * and the response's status (absent: unknown). After a 2xx each reservation is settled
+   * and forgotten, so its Idempotency-Key is charged anew; otherwise only reported units.
+   */
+  settle(actualCost?: string | undefined | null, status?: number | undefined | null): Array<CallOut>
   /** The releases of every slot. */
   release(): Array<CallOut>
   /** Settlements then releases: the response ended. */
-  finish(actualCost?: string | undefined | null): Array<CallOut>
+  finish(actualCost?: string | undefined | null, status?: number | undefined | null): Array<CallOut>
 }
 
 /** The engine's in-memory store: the module's arithmetic without a server (tests, replay). */

@@ -159,7 +159,8 @@ class Run {
       // The lease stays known: a later `tick` or `finish` of it must give nothing.
       const lease = this.leases.get(step.finish);
       if (!lease) throw new Error('no lease of that request');
-      const calls = lease.holdings.finish(step.actual_cost);
+      // The response's status: 200 unless the step says otherwise (null: unknown).
+      const calls = lease.holdings.finish(step.actual_cost, step.status === undefined ? 200 : step.status);
       expectCalls(step.calls, calls);
       this.toMemory(calls);
     } else if (step.tick !== undefined) {

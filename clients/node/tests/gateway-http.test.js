@@ -188,6 +188,21 @@ describe('what no caller may provoke', () => {
       }
     });
 
+    test(`${kind}: a repeated identity header is its first value, as in every face`, async () => {
+      const p = fresh();
+      const gateway = new Gateway({ store: io, logger: quiet, policy: {
+        version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
+        rules: { u: { key: `${p}:u:\${user}`, limit: 3, period: '1h' } },
+        routes: [{ method: 'GET', path: '/u', rules: ['u'] }] } });
+      const s = await serveFramework(kind, gateway);
+      try {
+        assert.equal(await rawStatus(s.port, 'GET /u HTTP/1.1\r\nHost: x\r\nx-user: ann\r\nx-user: bob\r\n'), 200);
+        assert.deepEqual(await io.keys(`${p}:u:*`), [`${p}:u:ann`]);
+      } finally {
+        await s.close();
+      }
+    });
+
     test(`${kind}: header bytes that are not UTF-8, long Idempotency-Keys, any X-Actual-Cost: never a 5xx`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {

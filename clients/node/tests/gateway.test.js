@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { RL } from '../src/index.js';
 import { fresh, quiet, series, serveGateway } from './support/gateway.js';
-import { Server } from './support/server.js';
+import { SCRIPT_MODE, Server } from './support/server.js';
 
 let server;
 let io;
@@ -150,19 +150,45 @@ describe('gateway', () => {
     });
   });
 
-  test('X-Actual-Cost settles the reservation; a retried Idempotency-Key is not charged again', async () => {
+  test('X-Actual-Cost settles the reservation; an Idempotency-Key is not charged again until a 2xx', async () => {
     await withGateway(async ({ url, p, rl }) => {
       const post = (q, key) => fetch(`${url}/export${q}`, { method: 'POST', headers: { 'x-tenant': 'set', 'idempotency-key': key } });
-      const first = await post('?units=3', 'job-1');
-      assert.equal(first.status, 200);
-      assert.match(first.headers.get('ratelimit'), /"export";r=90;/);
       const key = `${p}:{t:set}:export`;
-      assert.equal((await rl.info(key)).remaining, 97);
+      const failed = await post('?status=502', 'job-1');
+      assert.equal(failed.status, 502);
+      assert.match(failed.headers.get('ratelimit'), /"export";r=90;/);
+      assert.equal((await rl.info(key)).remaining, 90);
+      // The retry of the failed attempt is not charged again; its 200 settles at 3, forgotten.
       const retry = await post('?units=3', 'job-1');
       assert.equal(retry.status, 200);
       assert.equal((await rl.info(key)).remaining, 97);
+      // The key used once more after that 2xx is charged like a new request.
+      const reused = await post('?units=3', 'job-1');
+      assert.equal(reused.status, 200);
+      assert.equal((await rl.info(key)).remaining, 94);
       await post('', 'job-2');
-      assert.equal((await rl.info(key)).remaining, 87);
+      assert.equal((await rl.info(key)).remaining, 84);
+    });
+  });
+
+  // The script rewrites a key's reservations at each call: filling one takes minutes there; its
+  // refusal's text is the module's, which is what the engine reads (the engine's own test).
+  test("a key full of reservations is the caller's 429 and trips nothing", { skip: SCRIPT_MODE }, async () => {
+    await withGateway(async ({ url, p }) => {
+      const pipe = io.pipeline();
+      for (let i = 0; i < 10000; i++) pipe.call('RL.ADMIT', `${p}:{t:full}:export`, '1000000', '1h', 'RESERVE', `held-${i}`);
+      await pipe.exec();
+      const post = (tenant) => fetch(`${url}/export`, { method: 'POST', headers: { 'x-tenant': tenant, 'idempotency-key': 'k' } });
+      const refused = [];
+      for (let i = 0; i < 6; i++) {
+        const r = await post('full');
+        refused.push([r.status, r.headers.get('retry-after'), (await r.json())['violated-policies']]);
+      }
+      assert.deepEqual(refused, Array(6).fill([429, '3600', ['export']]));
+      // Six refusals later the breaker is closed: another tenant is decided by the store.
+      const other = await post('other');
+      assert.equal(other.status, 200);
+      assert.match(other.headers.get('ratelimit'), /"export";r=90;/);
     });
   });
 

@@ -256,7 +256,7 @@ describe('northstar', () => {
         // Identity values that are not UTF-8, on a rate route and on a settled one.
         'GET /catalog HTTP/1.1\r\nHost: x\r\nx-tenant: \xff\r\nx-user: \xc3\x28\xfe\r\n',
         'POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: \xe9\xff\r\n',
-        // Idempotency-Keys of 300 bytes, ASCII and not UTF-8, twice each (the retry is uncharged).
+        // Idempotency-Keys of 300 bytes, ASCII and not UTF-8, twice each (the second charged anew after the first 200).
         `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k1\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
         `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k1\r\nIdempotency-Key: ${'k'.repeat(300)}\r\n`,
         `POST /reports/export HTTP/1.1\r\nHost: x\r\nx-tenant: k2\r\nIdempotency-Key: ${'\xff'.repeat(300)}\r\n`,

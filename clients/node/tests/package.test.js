@@ -1,9 +1,9 @@
 // The package as users get it: the CommonJS build is current and exports what the ESM source
-// does, the declarations compile, `npm install ./clients/node` brings the script along, and the
-// README's gateway runs verbatim.
+// does, the declarations compile, `npm install ./clients/node` brings the script along, the pure
+// parts run without the native engine, and the README's gateway runs verbatim.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -62,6 +62,41 @@ describe('the package', () => {
       assert.ok(existsSync(script), script);
       assert.match(readFileSync(script, 'utf8'), /RL\.ADMIT/);
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('the pure parts work without the native engine; the gateway says what is missing', async () => {
+    // The package's JavaScript without native/ (as on a platform with no prebuilt addon).
+    const dir = mkdtempSync(join(tmpdir(), 'rl-pure-'));
+    const server = await Server.start();
+    try {
+      cpSync(join(PKG, 'src'), join(dir, 'src'), { recursive: true });
+      cpSync(join(PKG, 'package.json'), join(dir, 'package.json'));
+      cpSync(join(PKG, '..', 'scripts', 'rl.lua'), join(dir, 'rl.lua'));
+      symlinkSync(join(PKG, 'node_modules'), join(dir, 'node_modules'));
+      const { stdout } = await run('node', ['--input-type=module', '-e', `
+        import Redis from 'ioredis';
+        import { Gateway, RateLimiterRL, RL, RLStore } from './src/index.js';
+        const io = new Redis(${server.port}, '127.0.0.1');
+        const rl = new RL(io);
+        const a = await rl.admit({ key: 'pure:a', limit: 5, period: 60000 });
+        const store = new RLStore({ client: rl });
+        store.init({ windowMs: 60000, limit: 3 });
+        const hit = await store.increment('b');
+        const flexible = await new RateLimiterRL({ storeClient: io, points: 2, duration: 60 }).consume('c');
+        let gateway;
+        try { new Gateway({ store: io, policy: { version: 1, rules: {}, routes: [] } }); gateway = 'built'; }
+        catch (err) { gateway = err.message; }
+        io.disconnect();
+        console.log(JSON.stringify([a.remaining, hit.totalHits, flexible.remainingPoints, gateway]));`], { cwd: dir });
+      // The last line: the client may log a line of its own first (the mode it detected).
+      const [remaining, hits, points, gateway] = JSON.parse(stdout.trim().split('\n').at(-1));
+      assert.deepEqual([remaining, hits, points], [4, 1, 1]);
+      assert.match(gateway, /^redis-rl: the gateway's native engine is not installed for \S+ \(tried .*native\/redis-rl\./);
+      assert.match(gateway, /npm run build:native/);
+    } finally {
+      await server.stop();
       rmSync(dir, { recursive: true, force: true });
     }
   });

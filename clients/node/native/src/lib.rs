@@ -275,12 +275,14 @@ impl Holdings {
         calls_out(self.holdings.tick(instant(started_us), instant(now_us)))
     }
 
-    /// The settlements, with the backend's `X-Actual-Cost` (absent or invalid: none).
+    /// The settlements, with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
+    /// and the response's status (absent: unknown). After a 2xx each reservation is settled
+    /// and forgotten, so its Idempotency-Key is charged anew; otherwise only reported units.
     #[napi]
-    pub fn settle(&mut self, actual_cost: Option<String>) -> Vec<CallOut> {
+    pub fn settle(&mut self, actual_cost: Option<String>, status: Option<u32>) -> Vec<CallOut> {
         calls_out(
             self.holdings
-                .settle(actual_cost.as_deref().map(str::as_bytes)),
+                .settle(status_of(status), actual_cost.as_deref().map(str::as_bytes)),
         )
     }
 
@@ -292,12 +294,17 @@ impl Holdings {
 
     /// Settlements then releases: the response ended.
     #[napi]
-    pub fn finish(&mut self, actual_cost: Option<String>) -> Vec<CallOut> {
+    pub fn finish(&mut self, actual_cost: Option<String>, status: Option<u32>) -> Vec<CallOut> {
         calls_out(
             self.holdings
-                .finish(actual_cost.as_deref().map(str::as_bytes)),
+                .finish(status_of(status), actual_cost.as_deref().map(str::as_bytes)),
         )
     }
+}
+
+/// An HTTP status from JavaScript; one no response can have is unknown.
+fn status_of(status: Option<u32>) -> Option<u16> {
+    status.and_then(|s| u16::try_from(s).ok())
 }
 
 /// The engine's in-memory store: the module's arithmetic without a server (tests, replay).

@@ -21,7 +21,7 @@ function settleBeforeSending(res, decision) {
   const end = res.end.bind(res);
   let settled = null;
   const settle = () => {
-    settled ??= decision.finish({ actualCost: res.getHeader('x-actual-cost') });
+    settled ??= decision.finish({ actualCost: res.getHeader('x-actual-cost'), status: res.statusCode });
     return settled;
   };
   res.write = (...args) => {
@@ -39,7 +39,7 @@ export function expressMiddleware(gateway) {
     let decision;
     try {
       decision = await gateway.decide({ method: req.method, path: req.path ?? new URL(req.url, 'http://x').pathname,
-        headers: req.headers, peer: req.socket?.remoteAddress });
+        headers: req.headers, headersDistinct: req.headersDistinct, peer: req.socket?.remoteAddress });
     } catch (err) {
       next(err);
       return;

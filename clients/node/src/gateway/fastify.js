@@ -8,7 +8,7 @@ export function fastifyPlugin(gateway) {
   const plugin = async function redisRl(fastify) {
     fastify.addHook('onRequest', async (request, reply) => {
       const decision = await gateway.decide({ method: request.method, path: request.url.split('?')[0],
-        headers: request.headers, peer: request.socket?.remoteAddress });
+        headers: request.headers, headersDistinct: request.raw.headersDistinct, peer: request.socket?.remoteAddress });
       if (!decision) return;
       if (decision.status !== 200) {
         for (const [k, v] of decision.headers) reply.header(k, v);
@@ -23,7 +23,7 @@ export function fastifyPlugin(gateway) {
       }
     });
     fastify.addHook('onSend', async (request, reply, payload) => {
-      await request[DECISION]?.finish?.({ actualCost: reply.getHeader('x-actual-cost') });
+      await request[DECISION]?.finish?.({ actualCost: reply.getHeader('x-actual-cost'), status: reply.statusCode });
       return payload;
     });
     fastify.addHook('onResponse', async (request) => {

@@ -225,15 +225,19 @@ export class Gateway {
   }
 
   // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
-  // byte received, so keys are those of the other drivers for the same bytes), peer }. Resolves
+  // byte received, so keys are those of the other drivers for the same bytes), headersDistinct?,
+  // peer }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
+  // values with ", " (`x-user: a` twice would be the identity "a, a"), and the engine takes the
+  // first value, as every other face does; `identify` gets `req` as it came. Resolves
   // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
-  // done? }: `finish({ actualCost })` once the backend answered (settlement), `done()` when the
-  // response ended or was dropped (releases).
+  // done? }: `finish({ actualCost, status })` once the backend answered (settlement), `done()`
+  // when the response ended or was dropped (releases).
   async decide(req) {
     const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    const headers = req.headersDistinct ?? req.headers;
     // Shed before any work when the loop runs too late to read this request's replies in time.
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
-      return this.answer(this.engine.shed(request, req.headers));
+      return this.answer(this.engine.shed(request, headers));
     }
     // A request no route names is not looked up either.
     if (this.identify && this.engine.routed(req.method, req.path)) {
@@ -242,7 +246,7 @@ export class Gateway {
     }
     const since = performance.now();
     const started = nowUs();
-    const pending = this.engine.begin(request, req.headers, started);
+    const pending = this.engine.begin(request, headers, started);
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== 'done') {
@@ -253,7 +257,7 @@ export class Gateway {
         // loop ran late, it is the gateway's overload: what the request took is given back (as
         // after a failure, the probe slot freed) and it is shed.
         if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, req.headers);
+          const shed = this.engine.shed(request, headers);
           sendEach(rl, pending.abandon(), this.logger, shed.route);
           return this.answer(shed, rl);
         }
@@ -306,11 +310,14 @@ function held(decision, holdings, started, background) {
   const timer = every ? setInterval(() => background(holdings.tick(started, nowUs())), every) : null;
   timer?.unref?.();
   let settled = false;
-  decision.finish = async ({ actualCost } = {}) => {
+  decision.finish = async ({ actualCost, status } = {}) => {
     if (settled) return;
     settled = true;
     const actual = Array.isArray(actualCost) ? actualCost[0] : actualCost;
-    await background(holdings.settle(actual === undefined || actual === null ? null : String(actual)));
+    // After a 2xx the reservations are forgotten (a reused Idempotency-Key is charged anew);
+    // a status not known keeps them, so a retry of the attempt is not charged again.
+    const known = Number.isInteger(status) && status >= 0 ? status : null;
+    await background(holdings.settle(actual === undefined || actual === null ? null : String(actual), known));
   };
   let ended = false;
   decision.done = () => {

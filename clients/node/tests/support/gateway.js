@@ -1,5 +1,5 @@
 // An express app behind the gateway, with a stub backend as northstar's: 200 and a small JSON
-// body, `?ms=N` waits, `?units=N` reports X-Actual-Cost.
+// body (`?status=N`: N), `?ms=N` waits, `?units=N` reports X-Actual-Cost.
 import express from 'express';
 import { expressMiddleware, Gateway } from '../../src/index.js';
 import { listen } from './http.js';
@@ -11,6 +11,7 @@ export function backend(app) {
     if (ms > 0) await new Promise((r) => { const t = setTimeout(r, ms); res.once('close', () => { clearTimeout(t); r(); }); });
     if (res.destroyed) return;
     if (req.query.units !== undefined) res.setHeader('X-Actual-Cost', String(req.query.units));
+    if (req.query.status !== undefined) res.status(Number(req.query.status));
     res.json({ ok: true, path: req.path });
   });
 }

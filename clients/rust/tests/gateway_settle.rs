@@ -9,10 +9,8 @@ mod support;
 
 use axum::routing::{get, post};
 use axum::Router;
-use std::time::Duration;
-
-use common::{Server, TempFile};
-use redis_rl_client::{Admit, RateLimitLayer, Rl};
+use common::{cmd, Server, TempFile};
+use redis_rl_client::{RateLimitLayer, Rl};
 
 const POLICY: &str = r#"{
   "version": 1,
@@ -123,16 +121,21 @@ async fn a_key_full_of_reservations_refuses_the_caller_with_a_429_and_trips_noth
     }
     let server = Server::start();
     let (base, _policy) = start(&server).await;
-    // 10,000 attempts under distinct Idempotency-Keys still held: the module keeps no more
-    // (through the typed client, so that script mode fills the key the same way).
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
-    let rl = Rl::new(client.get_multiplexed_async_connection().await.unwrap());
-    let hour = Duration::from_secs(3600);
+    // 10,000 attempts under distinct Idempotency-Keys still held: the module keeps no more.
+    let mut pipe = redis::pipe();
     for i in 0..10_000 {
-        let held =
-            Admit::new("{t:full}:export", 1_000_000, hour).reserve(format!("held-{i}"), None);
-        assert!(rl.admit(&held).await.unwrap().allowed);
+        pipe.add_command(
+            cmd("RL.ADMIT")
+                .arg("{t:full}:export")
+                .arg(1_000_000)
+                .arg("1h")
+                .arg("RESERVE")
+                .arg(format!("held-{i}"))
+                .clone(),
+        )
+        .ignore();
     }
+    pipe.query::<()>(&mut server.conn()).unwrap();
     let http = reqwest::Client::new();
     let export = |tenant: &str, user: String| {
         http.post(format!("{base}/export"))

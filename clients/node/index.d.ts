@@ -207,6 +207,8 @@ export interface GatewayRequest {
   method: string; path: string; headers: Record<string, string | string[] | undefined>;
   /** node:http's `headersDistinct`: read instead of `headers` when given (a repeated header's first value). */
   headersDistinct?: Record<string, string[] | undefined>; peer?: string;
+  /** The framework routes paths without case (express by default): the route is matched so too. */
+  caseInsensitive?: boolean;
 }
 export interface GatewayDecision {
   status: number;

@@ -63,6 +63,7 @@ fn bench(c: &mut Criterion) {
         headers: &headers,
         peer: Some([192, 0, 2, 1].into()),
         caller: None,
+        case_insensitive: false,
     };
     let now = Instant::from_micros(1_767_225_600_000_000);
 

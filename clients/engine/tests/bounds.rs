@@ -36,6 +36,7 @@ fn decide(engine: &Engine, store: Option<&mut MemoryStore>, user: &str, now: Ins
         headers: &headers,
         peer: None,
         caller: None,
+        case_insensitive: false,
     };
     let (mut pending, mut step) = engine.begin(&request, now);
     let mut store = store;

@@ -99,7 +99,7 @@ fn the_contract_example_loads_with_every_field_typed() {
     };
     assert_eq!((s.concurrency, s.lease), (3, Duration::from_secs(60)));
 
-    let catalog = p.route("get", "/catalog").expect("route");
+    let catalog = p.route("get", "/catalog", false).expect("route");
     assert_eq!(catalog.name(), "GET /catalog");
     let names: Vec<&str> = catalog.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["read", "tenant", "global"]);
@@ -111,10 +111,11 @@ fn the_contract_example_loads_with_every_field_typed() {
         (10, 1_000_000, 10)
     );
     assert_eq!(
-        p.route("POST", "/checkout").map(|r| r.on_store_error),
+        p.route("POST", "/checkout", false)
+            .map(|r| r.on_store_error),
         Some(OnStoreError::Deny)
     );
-    assert!(p.route("GET", "/checkout").is_none());
+    assert!(p.route("GET", "/checkout", false).is_none());
 
     assert_eq!(p.negative_cache.max, Duration::from_millis(250));
     assert_eq!(p.negative_cache.entries, 100_000);

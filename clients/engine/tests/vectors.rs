@@ -245,6 +245,7 @@ impl Run {
             headers: &headers,
             peer: Some(peer),
             caller: caller.as_ref(),
+            case_insensitive: request["case_insensitive"].as_bool().unwrap_or(false),
         };
         if step.get("shed").and_then(Value::as_bool) == Some(true) {
             // The driver sheds the request before deciding it: no store call at all.

@@ -1288,19 +1288,19 @@ var Gateway = class {
   }
   // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
   // byte received, so keys are those of the other drivers for the same bytes), headersDistinct?,
-  // peer }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
+  // peer, caseInsensitive? (the framework routes paths without case: express by default) }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
   // values with ", " (`x-user: a` twice would be the identity "a, a"), and the engine takes the
   // first value, as every other face does; `identify` gets `req` as it came. Resolves
   // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
   // done? }: `finish({ actualCost, status })` once the backend answered (settlement), `done()`
   // when the response ended or was dropped (releases).
   async decide(req) {
-    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer, caseInsensitive: req.caseInsensitive };
     const headers = req.headersDistinct ?? req.headers;
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
       return this.answer(this.engine.shed(request, headers));
     }
-    if (this.identify && this.engine.routed(req.method, req.path)) {
+    if (this.identify && this.engine.routed(req.method, req.path, req.caseInsensitive)) {
       const c = await this.identify(req) ?? {};
       request.caller = { user: c.user || void 0, tenant: c.tenant || void 0 };
     }
@@ -1413,7 +1413,9 @@ function expressMiddleware(gateway) {
         path: req.path ?? new URL(req.url, "http://x").pathname,
         headers: req.headers,
         headersDistinct: req.headersDistinct,
-        peer: req.socket?.remoteAddress
+        peer: req.socket?.remoteAddress,
+        // express routes /CHECKOUT to the handler of /checkout unless told otherwise.
+        caseInsensitive: req.app ? !req.app.get("case sensitive routing") : false
       });
     } catch (err) {
       next(err);

@@ -9,7 +9,7 @@ export declare class Engine {
   reload(policy: string): number
   get policyVersion(): number
   /** Whether a route names the request (an application's caller lookup runs only then). */
-  routed(method: string, path: string): boolean
+  routed(method: string, path: string, caseInsensitive?: boolean | undefined | null): boolean
   begin(request: RequestIn, headers: object, nowUs: number): Pending
   /**
    * The verdict for a request the driver sheds before deciding it, its own process being
@@ -135,6 +135,8 @@ export interface RequestIn {
   latin1?: boolean
   peer?: string
   caller?: CallerIn
+  /** The framework routes paths without case (express by default): so does the engine. */
+  caseInsensitive?: boolean
 }
 
 /** The next step: `calls` (with `deadline`, Unix µs), `wait` (until `until`) or `done`. */

@@ -197,7 +197,8 @@ class Run {
   request(r, step) {
     const started = this.now;
     const headers = Object.fromEntries(Object.entries(r.headers ?? {}).map(([k, v]) => [k, headerValue(v)]));
-    const request = { method: r.method ?? 'GET', path: r.path, peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined };
+    const request = { method: r.method ?? 'GET', path: r.path, peer: r.peer ?? '192.0.2.1', caller: r.caller ?? undefined,
+      caseInsensitive: r.case_insensitive ?? false };
     if (step.shed) {
       // The driver sheds the request before deciding it: no store call at all.
       this.checkVerdict(step.expect, this.engine.shed(request, headers), new Script(undefined));

@@ -188,6 +188,26 @@ describe('what no caller may provoke', () => {
       }
     });
 
+    test(`${kind}: HEAD, a trailing slash${kind === 'express' ? ' and another case' : ''} keep the route's rules`, async () => {
+      const p = fresh();
+      const gateway = new Gateway({ store: io, logger: quiet, policy: {
+        version: 1, store: { timeout: '1s' },
+        rules: { r: { key: `${p}:r`, limit: 3, period: '1h' } },
+        routes: [{ method: 'GET', path: '/catalog', rules: ['r'] }] } });
+      const s = await serveFramework(kind, gateway);
+      try {
+        // express routes /CATALOG to the handler of /catalog (its default); fastify does not.
+        const variants = [['HEAD', '/catalog'], ['GET', '/catalog/'], ['GET', kind === 'express' ? '/CATALOG' : '/catalog']];
+        const statuses = [];
+        for (const [method, path] of [...variants, ['GET', '/catalog']]) {
+          statuses.push((await fetch(`${s.url}${path}`, { method })).status);
+        }
+        assert.deepEqual(statuses, [200, 200, 200, 429]);
+      } finally {
+        await s.close();
+      }
+    });
+
     test(`${kind}: a repeated identity header is its first value, as in every face`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {

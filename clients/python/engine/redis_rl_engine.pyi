@@ -118,11 +118,12 @@ class Engine:
         `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`)."""
     def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
               peer: Optional[str], now: int, user: Optional[str] = None,
-              tenant: Optional[str] = None) -> Tuple[Pending, Step]: ...
+              tenant: Optional[str] = None,
+              case_insensitive: bool = False) -> Tuple[Pending, Step]: ...
     def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
     def shed(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
              peer: Optional[str], user: Optional[str] = None,
-             tenant: Optional[str] = None) -> Verdict:
+             tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
         `shed`, no store call; a request no route matches passes."""
     def reload(self, policy: str) -> int:

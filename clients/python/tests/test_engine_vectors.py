@@ -284,13 +284,14 @@ class Run:
             # The driver sheds the request before deciding it: no store call at all.
             verdict = self.engine.shed(r.get("method", "GET"), r["path"], headers,
                                        r.get("peer", "192.0.2.1"), caller.get("user"),
-                                       caller.get("tenant"))
+                                       caller.get("tenant"), r.get("case_insensitive", False))
             self.check_verdict(step, verdict, Script(None))
             return
         started = self.now
         pending, first = self.engine.begin(r.get("method", "GET"), r["path"], headers,
                                            r.get("peer", "192.0.2.1"), self.now,
-                                           caller.get("user"), caller.get("tenant"))
+                                           caller.get("user"), caller.get("tenant"),
+                                           r.get("case_insensitive", False))
         if "hold" in step:
             # Held after its first step, unanswered: the next requests run beside it.
             if "step" in step:

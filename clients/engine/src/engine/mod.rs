@@ -54,6 +54,9 @@ pub struct Request<'a> {
     pub peer: Option<IpAddr>,
     /// Who the application says the caller is; `None`: the policy's identity headers say.
     pub caller: Option<&'a Caller>,
+    /// The framework routes paths without case (express by default), so the route is matched
+    /// without case too: `/CHECKOUT` reaches the handler of `/checkout`, and its rules.
+    pub case_insensitive: bool,
 }
 
 /// The caller as the application resolved it (an API key looked up, a token verified), in
@@ -231,7 +234,7 @@ impl Engine {
     /// breaker failure. A request no route matches passes, as it would anyway.
     pub fn shed(&self, request: &Request<'_>) -> Verdict {
         let policy = self.shared.policy.load_full();
-        match policy.route(request.method, request.path) {
+        match policy.route(request.method, request.path, request.case_insensitive) {
             Some(route) => self.shared.shed(&policy, route),
             None => Verdict::pass(policy.version),
         }

@@ -286,14 +286,15 @@ impl Policy {
 
     /// The route for a request, matched the way the backend routes, so that no variant of a
     /// request skips its route's rules: the method without case, the path exactly (without
-    /// case when `case_sensitive` is false); then, unless `strict_slash`, the path without its
-    /// trailing slash; and a `HEAD` no route names is decided as the `GET` the framework runs
-    /// for it.
-    pub fn route(&self, method: &str, path: &str) -> Option<&Arc<Route>> {
+    /// case when `case_sensitive` is false or the framework routes so, `any_case`); then,
+    /// unless `strict_slash`, the path without its trailing slash; and a `HEAD` no route names
+    /// is decided as the `GET` the framework runs for it.
+    pub fn route(&self, method: &str, path: &str, any_case: bool) -> Option<&Arc<Route>> {
+        let exact = self.case_sensitive && !any_case;
         let find = |method: &str, path: &str| {
             self.routes.iter().find(|r| {
                 r.method.eq_ignore_ascii_case(method)
-                    && if self.case_sensitive {
+                    && if exact {
                         r.path == path
                     } else {
                         r.path.eq_ignore_ascii_case(path)

@@ -57,6 +57,8 @@ pub struct RequestIn {
     pub latin1: Option<bool>,
     pub peer: Option<String>,
     pub caller: Option<CallerIn>,
+    /// The framework routes paths without case (express by default): so does the engine.
+    pub case_insensitive: Option<bool>,
 }
 
 #[napi(object)]
@@ -114,8 +116,11 @@ impl Engine {
 
     /// Whether a route names the request (an application's caller lookup runs only then).
     #[napi]
-    pub fn routed(&self, method: String, path: String) -> bool {
-        self.engine.policy().route(&method, &path).is_some()
+    pub fn routed(&self, method: String, path: String, case_insensitive: Option<bool>) -> bool {
+        self.engine
+            .policy()
+            .route(&method, &path, case_insensitive.unwrap_or(false))
+            .is_some()
     }
 
     #[napi]
@@ -201,6 +206,7 @@ fn with_request<T>(
         headers: &headers,
         peer,
         caller: caller.as_ref(),
+        case_insensitive: request.case_insensitive.unwrap_or(false),
     }))
 }
 

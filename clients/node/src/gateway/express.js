@@ -39,7 +39,9 @@ export function expressMiddleware(gateway) {
     let decision;
     try {
       decision = await gateway.decide({ method: req.method, path: req.path ?? new URL(req.url, 'http://x').pathname,
-        headers: req.headers, headersDistinct: req.headersDistinct, peer: req.socket?.remoteAddress });
+        headers: req.headers, headersDistinct: req.headersDistinct, peer: req.socket?.remoteAddress,
+        // express routes /CHECKOUT to the handler of /checkout unless told otherwise.
+        caseInsensitive: req.app ? !req.app.get('case sensitive routing') : false });
     } catch (err) {
       next(err);
       return;

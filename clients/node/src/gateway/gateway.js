@@ -226,21 +226,21 @@ export class Gateway {
 
   // `req`: { method, path, headers (as node:http gives them: lower-case names, one code unit per
   // byte received, so keys are those of the other drivers for the same bytes), headersDistinct?,
-  // peer }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
+  // peer, caseInsensitive? (the framework routes paths without case: express by default) }. The engine reads `headersDistinct` when given: `headers` joins a repeated header's
   // values with ", " (`x-user: a` twice would be the identity "a, a"), and the engine takes the
   // first value, as every other face does; `identify` gets `req` as it came. Resolves
   // null when no route matches, else { status, headers, body? (the problem, JSON text), finish?,
   // done? }: `finish({ actualCost, status })` once the backend answered (settlement), `done()`
   // when the response ended or was dropped (releases).
   async decide(req) {
-    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer };
+    const request = { method: req.method, path: req.path, latin1: true, peer: req.peer, caseInsensitive: req.caseInsensitive };
     const headers = req.headersDistinct ?? req.headers;
     // Shed before any work when the loop runs too late to read this request's replies in time.
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
       return this.answer(this.engine.shed(request, headers));
     }
     // A request no route names is not looked up either.
-    if (this.identify && this.engine.routed(req.method, req.path)) {
+    if (this.identify && this.engine.routed(req.method, req.path, req.caseInsensitive)) {
       const c = (await this.identify(req)) ?? {};
       request.caller = { user: c.user || undefined, tenant: c.tenant || undefined };
     }

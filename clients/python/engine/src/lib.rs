@@ -110,7 +110,7 @@ impl Engine {
     /// Starts deciding a request at `now` (Unix microseconds): its state and first step.
     /// `headers` are (name, value) pairs of bytes; `peer` is the connection's address; `user`
     /// and `tenant`, when given, override the policy's identity headers.
-    #[pyo3(signature = (method, path, headers, peer, now, user = None, tenant = None))]
+    #[pyo3(signature = (method, path, headers, peer, now, user = None, tenant = None, case_insensitive = false))]
     #[allow(clippy::too_many_arguments)]
     fn begin(
         &self,
@@ -122,6 +122,7 @@ impl Engine {
         now: u64,
         user: Option<String>,
         tenant: Option<String>,
+        case_insensitive: bool,
     ) -> PyResult<(Pending, Py<PyAny>)> {
         let headers = Pairs::of(headers)?;
         // An address the server could not give (a Unix socket) is no address.
@@ -133,6 +134,7 @@ impl Engine {
             headers: &headers,
             peer,
             caller: caller.as_ref(),
+            case_insensitive,
         };
         let (pending, step) = self.inner.begin(&request, Instant::from_micros(now));
         Ok((Pending { inner: pending }, step_to_py(py, step)?))
@@ -141,7 +143,7 @@ impl Engine {
     /// The verdict for a request the driver sheds before deciding it, its own process being
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call, no breaker
     /// failure. A request no route matches passes.
-    #[pyo3(signature = (method, path, headers, peer, user = None, tenant = None))]
+    #[pyo3(signature = (method, path, headers, peer, user = None, tenant = None, case_insensitive = false))]
     #[allow(clippy::too_many_arguments)]
     fn shed(
         &self,
@@ -152,6 +154,7 @@ impl Engine {
         peer: Option<&str>,
         user: Option<String>,
         tenant: Option<String>,
+        case_insensitive: bool,
     ) -> PyResult<Verdict> {
         let headers = Pairs::of(headers)?;
         let peer: Option<IpAddr> = peer.and_then(|p| p.parse().ok());
@@ -162,6 +165,7 @@ impl Engine {
             headers: &headers,
             peer,
             caller: caller.as_ref(),
+            case_insensitive,
         };
         verdict(py, self.inner.shed(&request))
     }

@@ -120,7 +120,7 @@ where
             // A request no route names passes untouched: its caller is not looked up either.
             let routed = identify.is_some() && {
                 let policy = gateway.policy();
-                let route = policy.route(request.method().as_str(), request.uri().path());
+                let route = policy.route(request.method().as_str(), request.uri().path(), false);
                 route.is_some()
             };
             let caller = match &identify {

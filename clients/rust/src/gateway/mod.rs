@@ -225,6 +225,8 @@ impl<C: RlConnection + 'static> Gateway<C> {
                 headers: &headers,
                 peer: request.peer,
                 caller: request.caller,
+                // axum (matchit) routes paths with their case.
+                case_insensitive: false,
             };
             self.engine.begin(&req, started)
         };

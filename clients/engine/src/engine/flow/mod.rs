@@ -143,7 +143,8 @@ impl Pending {
             ctx: None,
             shared,
         };
-        let Some(route) = policy.route(request.method, request.path) else {
+        let Some(route) = policy.route(request.method, request.path, request.case_insensitive)
+        else {
             let verdict = super::Verdict::pass(policy.version);
             return (pending, Step::Done(verdict));
         };

@@ -50,7 +50,7 @@ export namespace commands {
   function acquire(req: AcquireRequest): Command<Lease>;
   function release(key: Bytes, holder: Bytes): Command<boolean>;
   function renew(key: Bytes, holder: Bytes, lease: Duration): Command<boolean>;
-  function settle(key: Bytes, id: Bytes, actual: number): Command<Settlement | null>;
+  function settle(key: Bytes, id: Bytes, actual: number, options?: { forget?: boolean }): Command<Settlement | null>;
   function info(key: Bytes): Command<Info | null>;
   function throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Command<Throttle>;
 }
@@ -90,7 +90,8 @@ export class RL {
   acquire(req: AcquireRequest, options?: CallOptions): Promise<Lease>;
   release(key: Bytes, holder: Bytes): Promise<boolean>;
   renew(key: Bytes, holder: Bytes, lease: Duration): Promise<boolean>;
-  settle(key: Bytes, id: Bytes, actual: number): Promise<Settlement | null>;
+  /** `forget`: then forget the reservation, so the id reserves (and is charged) anew. */
+  settle(key: Bytes, id: Bytes, actual: number, options?: { forget?: boolean }): Promise<Settlement | null>;
   info(key: Bytes): Promise<Info | null>;
   throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Promise<Throttle>;
   execute<T>(cmd: Command<T>, options?: CallOptions): Promise<T>;

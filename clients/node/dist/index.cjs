@@ -475,8 +475,9 @@ function release(k, holder) {
 function renew(k, holder, lease) {
   return command("RL.RENEW", [key(k), key(holder, "holder"), durationArg(lease, "lease")], [k], parseDone);
 }
-function settle(k, id, actual) {
-  return command("RL.SETTLE", [key(k), key(id, "id"), countArg(actual, "actual")], [k], parseSettle);
+function settle(k, id, actual, { forget = false } = {}) {
+  const args = [key(k), key(id, "id"), countArg(actual, "actual")];
+  return command("RL.SETTLE", forget ? [...args, "FORGET"] : args, [k], parseSettle);
 }
 function info(k) {
   return command("RL.INFO", [key(k)], [k], parseInfo);
@@ -526,8 +527,8 @@ var RL = class {
   async renew(key2, holder, lease) {
     return this.execute(renew(key2, holder, lease));
   }
-  async settle(key2, id, actual) {
-    return this.execute(settle(key2, id, actual));
+  async settle(key2, id, actual, options) {
+    return this.execute(settle(key2, id, actual, options));
   }
   async info(key2) {
     return this.execute(info(key2));

@@ -40,7 +40,7 @@ export class RL {
   async acquire(req, options) { return this.execute(commands.acquire(req), options); }
   async release(key, holder) { return this.execute(commands.release(key, holder)); }
   async renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
-  async settle(key, id, actual) { return this.execute(commands.settle(key, id, actual)); }
+  async settle(key, id, actual, options) { return this.execute(commands.settle(key, id, actual, options)); }
   async info(key) { return this.execute(commands.info(key)); }
   async throttle(key, maxBurst, count, periodSeconds, quantity) {
     return this.execute(commands.throttle(key, maxBurst, count, periodSeconds, quantity));

@@ -80,8 +80,10 @@ export function renew(k, holder, lease) {
   return command('RL.RENEW', [key(k), key(holder, 'holder'), durationArg(lease, 'lease')], [k], reply.parseDone);
 }
 
-export function settle(k, id, actual) {
-  return command('RL.SETTLE', [key(k), key(id, 'id'), countArg(actual, 'actual')], [k], reply.parseSettle);
+// `forget`: then forget the reservation, so the id reserves (and is charged) anew.
+export function settle(k, id, actual, { forget = false } = {}) {
+  const args = [key(k), key(id, 'id'), countArg(actual, 'actual')];
+  return command('RL.SETTLE', forget ? [...args, 'FORGET'] : args, [k], reply.parseSettle);
 }
 
 export function info(k) {

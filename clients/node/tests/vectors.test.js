@@ -69,7 +69,7 @@ function build(req) {
     case 'acquire': return commands.acquire(acquireOf(req));
     case 'release': return commands.release(req.key, req.holder);
     case 'renew': return commands.renew(req.key, req.holder, dur(req, 'lease'));
-    case 'settle': return commands.settle(req.key, req.id, req.actual);
+    case 'settle': return commands.settle(req.key, req.id, req.actual, { forget: req.forget });
     case 'info': return commands.info(req.key);
     default: throw new Error(`request type ${req.type}`);
   }
@@ -99,7 +99,7 @@ async function typed(rl, req, ruleName) {
     case 'acquire': return [await rl.acquire(acquireOf(req))];
     case 'release': return [await rl.release(req.key, req.holder)];
     case 'renew': return [await rl.renew(req.key, req.holder, dur(req, 'lease'))];
-    case 'settle': return [await rl.settle(req.key, req.id, req.actual)];
+    case 'settle': return [await rl.settle(req.key, req.id, req.actual, { forget: req.forget })];
     case 'info': return [await rl.info(req.key)];
     default: throw new Error(`request type ${req.type}`);
   }

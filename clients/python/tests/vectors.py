@@ -75,7 +75,7 @@ def request(r: dict) -> c.Request:
     if kind == "renew":
         return c.Renew(r["key"], r["holder"], _duration(r, "lease"))
     if kind == "settle":
-        return c.Settle(r["key"], r["id"], r["actual"])
+        return c.Settle(r["key"], r["id"], r["actual"], r.get("forget", False))
     if kind == "info":
         return c.Info(r["key"])
     raise AssertionError(f"unknown request type {kind}")

@@ -275,6 +275,21 @@ impl<C: RlConnection> Rl<C> {
         ))
     }
 
+    /// `RL.SETTLE key id actual FORGET`: settles, then forgets the reservation, so `id`
+    /// reserves (and is charged) anew; for an id that names a request, not an attempt.
+    pub async fn settle_and_forget(
+        &self,
+        key: &[u8],
+        id: &[u8],
+        actual: u64,
+    ) -> Result<Option<Settlement>, Error> {
+        reply::settlement(&reply_of(
+            &self
+                .call(&command::settle_and_forget(key, id, actual))
+                .await?,
+        ))
+    }
+
     /// `WAIT replicas timeout` on the connection that carried this client's writes to `key`
     /// (in a cluster, to the primary serving its slot): how many replicas have acknowledged
     /// them. The server blocks this connection meanwhile, so other calls sharing it wait too.

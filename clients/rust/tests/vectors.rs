@@ -204,6 +204,11 @@ fn build_args(req: &J) -> Result<Args, Error> {
             s(req, "holder").as_bytes(),
             dur(req, "lease").unwrap(),
         ),
+        "settle" if req["forget"].as_bool() == Some(true) => Ok(command::settle_and_forget(
+            &key(),
+            s(req, "id").as_bytes(),
+            u(req, "actual"),
+        )),
         "settle" => Ok(command::settle(
             &key(),
             s(req, "id").as_bytes(),
@@ -313,9 +318,12 @@ async fn typed(
             )
         }
         "settle" => {
-            let st = rl
-                .settle(&k(), s(req, "id").as_bytes(), u(req, "actual"))
-                .await?;
+            let (id, actual) = (s(req, "id"), u(req, "actual"));
+            let st = if req["forget"].as_bool() == Some(true) {
+                rl.settle_and_forget(&k(), id.as_bytes(), actual).await?
+            } else {
+                rl.settle(&k(), id.as_bytes(), actual).await?
+            };
             let j = st.map_or(
                 J::Null,
                 |st| json!({"delta": st.delta, "remaining": st.remaining}),

@@ -207,8 +207,9 @@ class Client(_Base):
     def renew(self, key: Bytes, holder: Bytes, lease: Duration) -> bool:
         return self.execute(c.Renew(key, holder, lease))
 
-    def settle(self, key: Bytes, id: Bytes, actual: int) -> Optional[Settlement]:
-        return self.execute(c.Settle(key, id, actual))
+    def settle(self, key: Bytes, id: Bytes, actual: int,
+               forget: bool = False) -> Optional[Settlement]:
+        return self.execute(c.Settle(key, id, actual, forget))
 
     def info(self, key: Bytes) -> Optional[KeyInfo]:
         return self.execute(c.Info(key))
@@ -305,8 +306,9 @@ class AsyncClient(_Base):
     async def renew(self, key: Bytes, holder: Bytes, lease: Duration) -> bool:
         return await self.execute(c.Renew(key, holder, lease))
 
-    async def settle(self, key: Bytes, id: Bytes, actual: int) -> Optional[Settlement]:
-        return await self.execute(c.Settle(key, id, actual))
+    async def settle(self, key: Bytes, id: Bytes, actual: int,
+                     forget: bool = False) -> Optional[Settlement]:
+        return await self.execute(c.Settle(key, id, actual, forget))
 
     async def info(self, key: Bytes) -> Optional[KeyInfo]:
         return await self.execute(c.Info(key))

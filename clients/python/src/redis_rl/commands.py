@@ -268,13 +268,17 @@ class Renew(Request):
 
 @dataclass
 class Settle(Request):
+    """`forget`: then forget the reservation, so the id reserves (and is charged) anew."""
+
     key: Bytes
     id: Bytes
     actual: int
+    forget: bool = False
     name = "RL.SETTLE"
 
     def args(self) -> List[Any]:
-        return [self.name, self.key, self.id, _count(self.actual, "actual")]
+        args = [self.name, self.key, self.id, _count(self.actual, "actual")]
+        return [*args, "FORGET"] if self.forget else args
 
     def parse(self, reply: Any) -> Optional[replies.Settlement]:
         return replies.settlement(reply)

@@ -9,10 +9,9 @@ use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::time::Instant;
-use lru::LruCache;
-
 use crate::policy::NegativeCacheSpec;
+use crate::table::Table;
+use crate::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -20,12 +19,13 @@ struct Entry {
     until: Instant,
 }
 
-/// Process-wide and bounded: at most `entries` keys, the least recently used evicted first.
+/// Process-wide and bounded: at most `entries` keys and `max_bytes`, the least recently used
+/// evicted first.
 pub struct NegativeCache {
     max: Duration,
     // Keyed by rule name and store key joined by a length prefix, so no pair of names can
     // collide with another ("ab"+"c" vs "a"+"bc").
-    entries: Mutex<LruCache<String, Entry>>,
+    entries: Mutex<Table<Entry>>,
 }
 
 fn slot(rule: &str, key: &str) -> String {
@@ -47,21 +47,22 @@ thread_local! {
 }
 
 impl NegativeCache {
-    pub fn new(entries: NonZeroUsize, max: Duration) -> NegativeCache {
+    pub fn new(entries: NonZeroUsize, max: Duration, max_bytes: usize) -> NegativeCache {
         NegativeCache {
             max,
-            entries: Mutex::new(LruCache::new(entries)),
+            entries: Mutex::new(Table::new(entries, max_bytes)),
         }
     }
 
-    pub fn from_spec(spec: &NegativeCacheSpec) -> NegativeCache {
+    pub fn from_spec(spec: &NegativeCacheSpec, max_bytes: usize) -> NegativeCache {
         NegativeCache::new(
             NonZeroUsize::new(spec.entries).unwrap_or(NonZeroUsize::MIN),
             spec.max,
+            max_bytes,
         )
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table<Entry>> {
         // A panic elsewhere while holding the lock leaves a consistent map: keep serving.
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -95,6 +96,11 @@ impl NegativeCache {
 
     pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    /// The bytes its entries are counted (at most its budget).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes()
     }
 
     pub fn is_empty(&self) -> bool {

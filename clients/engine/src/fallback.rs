@@ -5,23 +5,24 @@
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
-use lru::LruCache;
 use rl_core::limiter::Limiter;
 use rl_core::rate::Decision;
 use rl_core::rule::{Algo, Rule};
 
+use crate::table::Table;
 use crate::time::Instant;
 
 pub struct Fallback {
     rule: Rule,
-    keys: Mutex<LruCache<String, Limiter>>,
+    keys: Mutex<Table<Limiter>>,
 }
 
 impl Fallback {
-    pub fn new(rule: Rule, max_keys: NonZeroUsize) -> Fallback {
+    /// At most `max_keys` limiters and `max_bytes`, the least recently used forgotten first.
+    pub fn new(rule: Rule, max_keys: NonZeroUsize, max_bytes: usize) -> Fallback {
         Fallback {
             rule,
-            keys: Mutex::new(LruCache::new(max_keys)),
+            keys: Mutex::new(Table::new(max_keys, max_bytes)),
         }
     }
 
@@ -43,6 +44,11 @@ impl Fallback {
 
     pub fn len(&self) -> usize {
         self.keys.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The bytes its limiters are counted (at most its budget).
+    pub fn bytes(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod policy;
 pub mod problem;
 pub mod rng;
+mod table;
 pub mod time;
 pub mod wire;
 

@@ -1,7 +1,8 @@
 //! Every table the engine keeps is bounded by the policy, whatever the number of callers:
 //! 100,000 distinct callers, each refused once by the store (negative cache), each spending a
 //! chunk of its own (grant rule), then each decided by the local fallback while the store is
-//! down, leave at most `negative_cache.entries` entries in each table.
+//! down, leave at most `negative_cache.entries` entries in each table; and callers with the
+//! longest identities allowed leave at most `Options::table_bytes` in each.
 
 use std::sync::Arc;
 
@@ -12,6 +13,10 @@ const ENTRIES: usize = 1000;
 const CALLERS: u64 = 100_000;
 
 fn policy() -> Policy {
+    policy_of(ENTRIES)
+}
+
+fn policy_of(entries: usize) -> Policy {
     Policy::from_json(&format!(
         r#"{{
   "version": 1,
@@ -22,7 +27,7 @@ fn policy() -> Policy {
   }},
   "routes": [{{"method": "GET", "path": "/", "rules": ["user", "chunk"],
                "on_store_error": {{"mode": "fallback", "limit": 1, "period": "1h"}}}}],
-  "negative_cache": {{"entries": {ENTRIES}}}
+  "negative_cache": {{"entries": {entries}}}
 }}"#
     ))
     .unwrap()
@@ -90,4 +95,44 @@ fn a_hundred_thousand_callers_stay_within_the_tables_bounds() {
     let (cache, chunks, fallback) = engine.table_sizes();
     assert!(cache <= ENTRIES && chunks <= ENTRIES, "{cache} {chunks}");
     assert_eq!(fallback, ENTRIES);
+}
+
+#[test]
+fn the_longest_identities_stay_within_the_tables_byte_budget() {
+    const BUDGET: usize = 1 << 20;
+    let options = Options {
+        log_sample: 0.0,
+        table_bytes: BUDGET,
+        ..Options::default()
+    };
+    // The entry bound out of reach: only the bytes bound the tables.
+    let engine = Engine::new(policy_of(1_000_000), Arc::default(), options);
+    let mut store = MemoryStore::new();
+    let now = Instant::from_micros(1_767_225_600_000_000);
+    // 256 bytes, the most an identity may be (one more is a 431).
+    let user = |i: u64| format!("{i:0>256}");
+    for i in 0..10_000 {
+        assert_eq!(
+            decide(&engine, Some(&mut store), &user(i), now).status,
+            None
+        );
+        assert_eq!(
+            decide(&engine, Some(&mut store), &user(i), now).status,
+            Some(429)
+        );
+    }
+    for i in 0..10_000 {
+        let verdict = decide(&engine, None, &user(1_000_000 + i), now);
+        assert_eq!(verdict.status, None);
+    }
+    let (cache, chunks, fallback) = engine.table_bytes();
+    for bytes in [cache, chunks, fallback] {
+        assert!(bytes <= BUDGET && bytes > BUDGET / 2, "{bytes} of {BUDGET}");
+    }
+    // An entry is its key and value and the table's bookkeeping: about 400 bytes here, so
+    // about 2,600 of the 10,000 callers are held, the most recent.
+    let (cache, chunks, fallback) = engine.table_sizes();
+    for entries in [cache, chunks, fallback] {
+        assert!((2_000..4_000).contains(&entries), "{entries}");
+    }
 }

@@ -175,6 +175,7 @@ fn fallback_decides_with_the_module_arithmetic_per_key() {
     let f = Fallback::new(
         Rule::new(Algo::Gcra, 2, S, Some(20)).unwrap(),
         NonZeroUsize::new(2).unwrap(),
+        usize::MAX,
     );
     for i in 0..20 {
         assert!(

@@ -9,7 +9,11 @@ use rl_engine::Instant;
 const MS: Duration = Duration::from_millis(1);
 
 fn cache(entries: usize, max_ms: u64) -> NegativeCache {
-    NegativeCache::new(NonZeroUsize::new(entries).unwrap(), MS * max_ms as u32)
+    NegativeCache::new(
+        NonZeroUsize::new(entries).unwrap(),
+        MS * max_ms as u32,
+        usize::MAX,
+    )
 }
 
 #[test]

@@ -124,6 +124,7 @@ impl Run {
             legacy_headers: o["legacy_headers"].as_bool().unwrap_or(false),
             log_sample: o["log_sample"].as_f64().unwrap_or(0.0),
             seed: o["seed"].as_u64().unwrap_or(1),
+            ..Options::default()
         };
         let metrics = Arc::new(Metrics::default());
         Ok(Run {

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use lru::LruCache;
 use rl_core::rule::Rule;
 
 use crate::breaker::Breaker;
@@ -34,6 +33,7 @@ use crate::identity::Headers;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyError};
 use crate::rng::Rng;
+use crate::table::Table;
 use crate::time::Instant;
 use crate::wire::{Args, Reply};
 
@@ -112,6 +112,10 @@ pub struct Options {
     pub log_sample: f64,
     /// Seeds the engine's randomness (jitter, ramp, sampling, ids).
     pub seed: u64,
+    /// The bytes each table may hold (the negative cache, the chunks, each route's fallback
+    /// limiters), besides the policy's `negative_cache.entries`: whatever the callers' number
+    /// or the size of their identities, the process does not grow past them.
+    pub table_bytes: usize,
 }
 
 impl Default for Options {
@@ -120,9 +124,14 @@ impl Default for Options {
             legacy_headers: false,
             log_sample: 0.01,
             seed: 0,
+            table_bytes: DEFAULT_TABLE_BYTES,
         }
     }
 }
+
+/// Each table's byte budget unless the driver says otherwise: 100,000 negative-cache entries
+/// of 200-byte keys fit in it.
+pub const DEFAULT_TABLE_BYTES: usize = 32 << 20;
 
 /// The engine: one per process and store, shared by every request.
 #[derive(Clone)]
@@ -140,7 +149,7 @@ pub(crate) struct Shared {
     // One local limiter per route, rebuilt when a reload changes the route's fallback rule.
     fallbacks: Mutex<HashMap<String, (Rule, Arc<Fallback>)>>,
     // The chunk leased for each (grant rule, key).
-    chunks: Mutex<LruCache<String, Chunk>>,
+    chunks: Mutex<Table<Chunk>>,
     // Sizes the tables; from the policy the engine was built with.
     entries: NonZeroUsize,
     options: Options,
@@ -172,13 +181,13 @@ impl Engine {
         let entries = NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN);
         Engine {
             shared: Arc::new(Shared {
-                cache: NegativeCache::from_spec(&policy.negative_cache),
+                cache: NegativeCache::from_spec(&policy.negative_cache, options.table_bytes),
                 breaker: Breaker::from_spec(&policy.store),
                 policy: ArcSwap::from_pointee(policy),
                 reload: Mutex::new(()),
                 metrics,
                 fallbacks: Mutex::new(HashMap::new()),
-                chunks: Mutex::new(LruCache::new(entries)),
+                chunks: Mutex::new(Table::new(entries, options.table_bytes)),
                 entries,
                 options: Options {
                     log_sample: if options.log_sample.is_nan() {
@@ -240,6 +249,20 @@ impl Engine {
         }
     }
 
+    /// The bytes the tables of [`Engine::table_sizes`] are counted (each at most
+    /// `Options::table_bytes`; the fallbacks' summed over routes).
+    pub fn table_bytes(&self) -> (usize, usize, usize) {
+        let fallbacks = lock(&self.shared.fallbacks)
+            .values()
+            .map(|(_, f)| f.bytes())
+            .sum();
+        (
+            self.shared.cache.bytes(),
+            lock(&self.shared.chunks).bytes(),
+            fallbacks,
+        )
+    }
+
     /// Local entries held now: negative cache, chunks, fallback limiters (for memory bounds).
     pub fn table_sizes(&self) -> (usize, usize, usize) {
         let fallbacks = lock(&self.shared.fallbacks)
@@ -260,7 +283,7 @@ impl Shared {
         match map.get(route) {
             Some((r, f)) if *r == rule => Arc::clone(f),
             _ => {
-                let f = Arc::new(Fallback::new(rule, self.entries));
+                let f = Arc::new(Fallback::new(rule, self.entries, self.options.table_bytes));
                 map.insert(route.to_string(), (rule, Arc::clone(&f)));
                 f
             }

@@ -92,6 +92,7 @@ impl Engine {
             legacy_headers: o.legacy_headers.unwrap_or(defaults.legacy_headers),
             log_sample: o.log_sample.unwrap_or(defaults.log_sample),
             seed: o.seed.map_or(defaults.seed, |s| s.max(0.0) as u64),
+            ..defaults
         });
         Ok(Engine {
             engine: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),

@@ -100,6 +100,7 @@ impl Engine {
             legacy_headers,
             log_sample,
             seed: seed.unwrap_or_else(random_seed),
+            ..Options::default()
         };
         let hook = metrics_hook.map(|f| Arc::new(PyHook(f)) as Arc<dyn MetricsHook>);
         Ok(Engine {

@@ -51,8 +51,12 @@ def build(redis_url: str, policy_path: str, cluster: bool) -> RateLimitMiddlewar
     if cluster:
         conn = redis.asyncio.RedisCluster.from_url(redis_url)
     else:
+        # Each call in flight holds a connection of its own (redis-py multiplexes none), and a
+        # call that waits for one spends its deadline in the pool's queue, where neither the
+        # store nor the event loop is late: the pool is as large as the concurrency the
+        # example takes (64 were fewer than a flood's 200 callers).
         conn = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-            redis_url, max_connections=64, timeout=1))
+            redis_url, max_connections=1024, timeout=1))
     gateway = Gateway(AsyncClient(conn), policy_path)
     return RateLimitMiddleware(backend, gateway, health_path="/healthz", metrics_path="/metrics",
                                reload_path="/-/reload")

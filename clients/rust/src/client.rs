@@ -270,9 +270,7 @@ impl<C: RlConnection> Rl<C> {
         id: &[u8],
         actual: u64,
     ) -> Result<Option<Settlement>, Error> {
-        reply::settlement(&reply_of(
-            &self.call(&command::settle(key, id, actual)).await?,
-        ))
+        self.settlement(&command::settle(key, id, actual)).await
     }
 
     /// `RL.SETTLE key id actual FORGET`: settles, then forgets the reservation, so `id`
@@ -283,11 +281,12 @@ impl<C: RlConnection> Rl<C> {
         id: &[u8],
         actual: u64,
     ) -> Result<Option<Settlement>, Error> {
-        reply::settlement(&reply_of(
-            &self
-                .call(&command::settle_and_forget(key, id, actual))
-                .await?,
-        ))
+        self.settlement(&command::settle_and_forget(key, id, actual))
+            .await
+    }
+
+    async fn settlement(&self, cmd: &Args) -> Result<Option<Settlement>, Error> {
+        reply::settlement(&reply_of(&self.call(cmd).await?))
     }
 
     /// `WAIT replicas timeout` on the connection that carried this client's writes to `key`

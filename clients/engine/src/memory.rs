@@ -4,8 +4,15 @@
 //!
 //! It speaks the module's commands as argument vectors and replies RESP2 shapes, errors
 //! included. What it cannot be is shared: each process has its own, and nothing persists.
+//!
+//! It is bounded in bytes, as Redis is by `maxmemory`: past its budget it first drops the keys
+//! whose state is full again (forgetting them changes no decision), then, as Redis's
+//! `allkeys-lru` does, the least recently used ones, whose debits are then forgotten. Callers
+//! choose a budget that holds their active keys; [`MemoryStore::evicted`] counts what went.
 
-use std::collections::HashMap;
+use std::mem::size_of;
+
+use lru::LruCache;
 
 use rl_core::error::Error as CoreError;
 use rl_core::limiter::Limiter;
@@ -21,10 +28,36 @@ use rl_core::rule::{Algo, Rule};
 
 use crate::wire::Reply;
 
+/// The budget of [`MemoryStore::new`].
+pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
+
+/// What a key costs besides its bytes and its limiter's heap: the limiter's struct, the key's
+/// `Vec`, the list node's links and the hash table's slot, rounded up.
+const OVERHEAD: usize = size_of::<Limiter>() + 64;
+
+/// The least time between two sweeps for expired keys forced by the budget, so a flood of
+/// live keys costs one scan of the table a second, not one per call.
+const SWEEP_EVERY_US: u64 = 1_000_000;
+
 /// Keys and their limiters, each expiring when its state is full again, as in the module.
-#[derive(Default)]
 pub struct MemoryStore {
-    keys: HashMap<Vec<u8>, Limiter>,
+    keys: LruCache<Vec<u8>, Limiter>,
+    bytes: usize,
+    max_bytes: usize,
+    evicted: u64,
+    swept_at_us: Option<u64>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> MemoryStore {
+        MemoryStore::with_budget(DEFAULT_MEMORY_BYTES)
+    }
+}
+
+fn cost(key: &[u8], limiter: &Limiter) -> usize {
+    key.len()
+        .saturating_add(limiter.heap_bytes())
+        .saturating_add(OVERHEAD)
 }
 
 fn int(n: u64) -> Reply {
@@ -46,8 +79,22 @@ fn error(e: CoreError) -> Reply {
 }
 
 impl MemoryStore {
+    /// A store of [`DEFAULT_MEMORY_BYTES`].
     pub fn new() -> MemoryStore {
         MemoryStore::default()
+    }
+
+    /// A store that holds at most `max_bytes` of keys and state (each key counted as its
+    /// bytes, its limiter's and a fixed overhead). A single key larger than the budget is
+    /// still kept, alone, so a call is never refused for its size.
+    pub fn with_budget(max_bytes: usize) -> MemoryStore {
+        MemoryStore {
+            keys: LruCache::unbounded(),
+            bytes: 0,
+            max_bytes,
+            evicted: 0,
+            swept_at_us: None,
+        }
     }
 
     /// Keys held now (expired ones are dropped as they are touched or by [`MemoryStore::sweep`]).
@@ -59,11 +106,59 @@ impl MemoryStore {
         self.keys.is_empty()
     }
 
+    /// The bytes held now, as the budget counts them.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Live keys dropped to stay within the budget since the store was made.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
     /// Drops every key expired at `now_us`: a long-running process calls it now and then, so
     /// memory follows the active keys.
     pub fn sweep(&mut self, now_us: u64) {
         let now_ms = now_us / 1000;
-        self.keys.retain(|_, l| l.expire_at_ms() > now_ms);
+        let expired: Vec<Vec<u8>> = self
+            .keys
+            .iter()
+            .filter(|(_, l)| l.expire_at_ms() <= now_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            self.remove(&key);
+        }
+        self.swept_at_us = Some(now_us);
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.keys.pop(key) {
+            self.bytes = self.bytes.saturating_sub(cost(key, &old));
+        }
+    }
+
+    /// Brings the store back within its budget: expired keys first (at most one scan a
+    /// second), then the least recently used, never the key just written.
+    fn fit(&mut self, now_us: u64) {
+        if self.bytes <= self.max_bytes {
+            return;
+        }
+        let due = self
+            .swept_at_us
+            .is_none_or(|at| now_us.saturating_sub(at) >= SWEEP_EVERY_US);
+        if due {
+            self.sweep(now_us);
+        }
+        while self.bytes > self.max_bytes && self.keys.len() > 1 {
+            let Some((key, old)) = self.keys.pop_lru() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(cost(&key, &old));
+            if old.expire_at_ms() > now_us / 1000 {
+                self.evicted = self.evicted.saturating_add(1);
+            }
+        }
     }
 
     /// Answers one command at `now_us` (the module's clock: Unix microseconds).
@@ -110,17 +205,18 @@ impl MemoryStore {
             .filter(|l| l.expire_at_ms() > now_us / 1000)
             .cloned();
         if live.is_none() {
-            self.keys.remove(key);
+            self.remove(key);
         }
         live.or_else(|| fresh.map(|(algo, rule)| Limiter::new(algo, rule)))
     }
 
     /// Commits a changed limiter: it goes when it equals an absent key.
-    fn keep(&mut self, key: Vec<u8>, limiter: Limiter) {
-        if limiter.is_void() {
-            self.keys.remove(&key);
-        } else {
-            self.keys.insert(key, limiter);
+    fn keep(&mut self, key: Vec<u8>, limiter: Limiter, now_us: u64) {
+        self.remove(&key);
+        if !limiter.is_void() {
+            self.bytes = self.bytes.saturating_add(cost(&key, &limiter));
+            self.keys.put(key, limiter);
+            self.fit(now_us);
         }
     }
 
@@ -142,7 +238,7 @@ impl MemoryStore {
         match decided {
             Ok((d, changed)) => {
                 if changed {
-                    self.keep(key, l);
+                    self.keep(key, l, now_us);
                 }
                 decision(&d)
             }
@@ -175,7 +271,7 @@ impl MemoryStore {
         };
         if allowed && !req.dry_run {
             for (key, l) in keys.into_iter().zip(limiters) {
-                self.keep(key, l);
+                self.keep(key, l, now_us);
             }
         }
         let denied_by = decisions
@@ -219,7 +315,7 @@ impl MemoryStore {
         match l.grant(req.algo, req.rule, req.want, req.ttl_us, now_us) {
             Ok(g) => {
                 if g.granted > 0 {
-                    self.keep(key, l);
+                    self.keep(key, l, now_us);
                 }
                 Reply::Array(vec![
                     int(g.granted),
@@ -243,7 +339,7 @@ impl MemoryStore {
         match l.acquire(rule, holder, now_us, false) {
             Ok(a) => {
                 if a.acquired {
-                    self.keep(key, l);
+                    self.keep(key, l, now_us);
                 }
                 Reply::Array(vec![
                     Reply::Int(i64::from(a.acquired)),
@@ -279,7 +375,7 @@ impl MemoryStore {
         match done {
             Ok(done) => {
                 if done {
-                    self.keep(key, l);
+                    self.keep(key, l, now_us);
                 }
                 Reply::Int(i64::from(done))
             }
@@ -298,7 +394,7 @@ impl MemoryStore {
         match l.settle_then(settle.id, settle.actual, now_us, settle.forget) {
             Some((s, changed)) => {
                 if changed {
-                    self.keep(key, l);
+                    self.keep(key, l, now_us);
                 }
                 Reply::Array(vec![Reply::Int(s.delta), int(s.remaining)])
             }

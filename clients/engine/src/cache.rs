@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::policy::NegativeCacheSpec;
-use crate::table::Table;
+use crate::table::{Table, TableUse};
 use crate::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -98,9 +98,9 @@ impl NegativeCache {
         self.lock().len()
     }
 
-    /// The bytes its entries are counted (at most its budget).
-    pub fn bytes(&self) -> usize {
-        self.lock().bytes()
+    /// Its entries and their bytes (at most its budget).
+    pub fn usage(&self) -> TableUse {
+        self.lock().usage()
     }
 
     pub fn is_empty(&self) -> bool {

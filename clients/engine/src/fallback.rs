@@ -9,7 +9,7 @@ use rl_core::limiter::Limiter;
 use rl_core::rate::Decision;
 use rl_core::rule::{Algo, Rule};
 
-use crate::table::Table;
+use crate::table::{Table, TableUse};
 use crate::time::Instant;
 
 pub struct Fallback {
@@ -42,16 +42,8 @@ impl Fallback {
             .unwrap_or_else(|_| Decision::refused(&self.rule))
     }
 
-    pub fn len(&self) -> usize {
-        self.keys.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// The bytes its limiters are counted (at most its budget).
-    pub fn bytes(&self) -> usize {
-        self.keys.lock().unwrap_or_else(|p| p.into_inner()).bytes()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Its limiters and their bytes (at most its budget).
+    pub fn usage(&self) -> TableUse {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).usage()
     }
 }

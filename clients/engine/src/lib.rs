@@ -42,11 +42,12 @@ pub mod wire;
 
 pub use engine::{
     Answer, Call, Caller, Engine, Holdings, LogLevel, LogRecord, Options, Pending, Request, Step,
-    Verdict, VerdictKind,
+    Tables, Verdict, VerdictKind,
 };
 pub use identity::Headers;
 pub use metrics::Metrics;
 pub use policy::{Policy, PolicyError};
+pub use table::TableUse;
 pub use time::Instant;
 pub use wire::{Mode, Reply};
 

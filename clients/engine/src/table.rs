@@ -13,6 +13,24 @@ use lru::LruCache;
 /// node's two links and the hash table's slot, rounded up.
 const OVERHEAD: usize = 64;
 
+/// What one table holds: entries, and the bytes they are counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableUse {
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+impl std::ops::Add for TableUse {
+    type Output = TableUse;
+
+    fn add(self, other: TableUse) -> TableUse {
+        TableUse {
+            entries: self.entries.saturating_add(other.entries),
+            bytes: self.bytes.saturating_add(other.bytes),
+        }
+    }
+}
+
 pub(crate) struct Table<V> {
     lru: LruCache<String, V>,
     bytes: usize,
@@ -98,9 +116,12 @@ impl<V> Table<V> {
         self.lru.len()
     }
 
-    /// The bytes the entries are counted, at most the budget (or one entry over it).
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+    /// The entries, and the bytes they are counted: at most the budget (or one entry over it).
+    pub(crate) fn usage(&self) -> TableUse {
+        TableUse {
+            entries: self.lru.len(),
+            bytes: self.bytes,
+        }
     }
 }
 
@@ -120,7 +141,7 @@ mod tests {
         }
         assert_eq!(t.len(), 2);
         assert!(t.get("a").is_none());
-        assert_eq!(t.bytes(), 2 * (1 + 8 + OVERHEAD));
+        assert_eq!(t.usage().bytes, 2 * (1 + 8 + OVERHEAD));
     }
 
     #[test]
@@ -133,13 +154,13 @@ mod tests {
         }
         assert!(t.get(key('a').as_str()).is_some()); // now b is the least recently used
         t.put(key('d'), 1);
-        assert_eq!((t.len(), t.bytes()), (3, 3 * cost));
+        assert_eq!((t.len(), t.usage().bytes), (3, 3 * cost));
         assert!(t.get(key('b').as_str()).is_none());
         // Replacing an entry costs nothing more; popping one gives its bytes back.
         t.put(key('d'), 2);
-        assert_eq!(t.bytes(), 3 * cost);
+        assert_eq!(t.usage().bytes, 3 * cost);
         assert_eq!(t.pop(key('d').as_str()), Some(2));
-        assert_eq!((t.len(), t.bytes()), (2, 2 * cost));
+        assert_eq!((t.len(), t.usage().bytes), (2, 2 * cost));
         // A key as long as the budget still gets a place, alone.
         let huge = "z".repeat(3 * cost);
         *t.get_or_insert_mut(huge.clone(), || 7) += 1;

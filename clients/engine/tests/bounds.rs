@@ -80,9 +80,12 @@ fn a_hundred_thousand_callers_stay_within_the_tables_bounds() {
             Some(429)
         );
     }
-    let (cache, chunks, fallback) = engine.table_sizes();
-    assert_eq!((cache, chunks), (ENTRIES, ENTRIES));
-    assert_eq!(fallback, 0);
+    let t = engine.tables();
+    assert_eq!(
+        (t.negative_cache.entries, t.chunks.entries),
+        (ENTRIES, ENTRIES)
+    );
+    assert_eq!(t.fallback.entries, 0);
 
     // The store goes away: five failures open the breaker, and every caller is decided by
     // its own local limiter.
@@ -92,9 +95,12 @@ fn a_hundred_thousand_callers_stay_within_the_tables_bounds() {
         fallback_admits += u64::from(verdict.status.is_none());
     }
     assert_eq!(fallback_admits, CALLERS);
-    let (cache, chunks, fallback) = engine.table_sizes();
-    assert!(cache <= ENTRIES && chunks <= ENTRIES, "{cache} {chunks}");
-    assert_eq!(fallback, ENTRIES);
+    let t = engine.tables();
+    assert!(
+        t.negative_cache.entries <= ENTRIES && t.chunks.entries <= ENTRIES,
+        "{t:?}"
+    );
+    assert_eq!(t.fallback.entries, ENTRIES);
 }
 
 #[test]
@@ -125,14 +131,11 @@ fn the_longest_identities_stay_within_the_tables_byte_budget() {
         let verdict = decide(&engine, None, &user(1_000_000 + i), now);
         assert_eq!(verdict.status, None);
     }
-    let (cache, chunks, fallback) = engine.table_bytes();
-    for bytes in [cache, chunks, fallback] {
-        assert!(bytes <= BUDGET && bytes > BUDGET / 2, "{bytes} of {BUDGET}");
-    }
     // An entry is its key and value and the table's bookkeeping: 300 to 400 bytes here, so
     // 2,700 to 3,050 of the 10,000 callers are held, the most recent.
-    let (cache, chunks, fallback) = engine.table_sizes();
-    for entries in [cache, chunks, fallback] {
-        assert!((2_000..4_000).contains(&entries), "{entries}");
+    let t = engine.tables();
+    for table in [t.negative_cache, t.chunks, t.fallback] {
+        assert!(table.bytes <= BUDGET && table.bytes > BUDGET / 2, "{t:?}");
+        assert!((2_000..4_000).contains(&table.entries), "{t:?}");
     }
 }

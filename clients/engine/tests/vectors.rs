@@ -124,7 +124,10 @@ impl Run {
             legacy_headers: o["legacy_headers"].as_bool().unwrap_or(false),
             log_sample: o["log_sample"].as_f64().unwrap_or(0.0),
             seed: o["seed"].as_u64().unwrap_or(1),
-            ..Options::default()
+            table_bytes: o["table_bytes"]
+                .as_u64()
+                .and_then(|b| usize::try_from(b).ok())
+                .unwrap_or(rl_engine::engine::DEFAULT_TABLE_BYTES),
         };
         let metrics = Arc::new(Metrics::default());
         Ok(Run {
@@ -213,8 +216,12 @@ impl Run {
             return self.check_metrics(want);
         }
         if let Some(want) = step.get("tables") {
-            let (cache, chunks, fallbacks) = self.engine.table_sizes();
-            let got = json!({"negative_cache": cache, "chunks": chunks, "fallback": fallbacks});
+            let t = self.engine.tables();
+            let got = json!({
+                "negative_cache": t.negative_cache.entries,
+                "chunks": t.chunks.entries,
+                "fallback": t.fallback.entries,
+            });
             return matches(want, &got, "tables");
         }
         Err(format!("unknown step {step}"))

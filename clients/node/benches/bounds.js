@@ -51,18 +51,18 @@ for (let i = 0; i < CALLERS; i++) {
   // (V8 runs the finalizers of collected wrappers from it).
   if (i % 1000 === 0) await tick();
 }
-const refused = gateway.tableSizes();
-assert.deepEqual([refused.negativeCache, refused.chunks], [ENTRIES, ENTRIES]);
+const refused = gateway.tables();
+assert.deepEqual([refused.negativeCache.entries, refused.chunks.entries], [ENTRIES, ENTRIES]);
 // Far past the negative cache's entries: the store is asked again, and it is down.
 for (let i = 0; i < CALLERS; i++) {
   decide(`other-${i}`, down);
   if (i % 1000 === 0) await tick();
 }
-const fallback = gateway.tableSizes();
-assert.ok(fallback.fallback <= ENTRIES, `fallback table ${fallback.fallback}`);
+const fallback = gateway.tables();
+assert.ok(fallback.fallback.entries <= ENTRIES, `fallback table ${fallback.fallback.entries}`);
 const seconds = Number(process.hrtime.bigint() - started) / 1e9;
 console.log(`${CALLERS} callers, ${3 * CALLERS} decisions in ${seconds.toFixed(1)} s `
   + `(${Math.round((seconds / (3 * CALLERS)) * 1e6)} µs each, the memory store's work included)`);
-console.log(`tables after the refusals: negative cache ${refused.negativeCache}, chunks ${refused.chunks}; `
+console.log(`tables after the refusals: negative cache ${refused.negativeCache.entries}, chunks ${refused.chunks.entries}; `
   + `after the fallback: ${JSON.stringify(fallback)} (bound ${ENTRIES})`);
 console.log(`rss ${rssFull} MB once the tables were full (after ${2 * ENTRIES} callers), ${mb()} MB at the end`);

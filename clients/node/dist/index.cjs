@@ -1220,8 +1220,9 @@ async function sendEach(rl, calls, logger, route) {
 var Gateway = class {
   // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, or a policy document
   // as text or object), `durableStore` (connections of their own for durable routes),
-  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `logger`, `hook(event)`,
-  // `identify(request)` (async, `{ user, tenant }`).
+  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `tableBytes` (each local table's
+  // bound in bytes, default 32 MiB), `logger`, `hook(event)`, `identify(request)` (async,
+  // `{ user, tenant }`).
   constructor(options) {
     const { Engine } = engine();
     this.logger = options.logger ?? console;
@@ -1232,6 +1233,7 @@ var Gateway = class {
       this.engine = new Engine(this.policies.text, {
         legacyHeaders: Boolean(options.legacyHeaders),
         logSample: options.logSample ?? 0.01,
+        tableBytes: options.tableBytes,
         seed: (0, import_node_crypto4.randomBytes)(6).readUIntBE(0, 6),
         events: Boolean(this.hook)
       });

@@ -23,8 +23,11 @@ export declare class Engine {
   events(): Array<EventOut>
   /** The Prometheus text of the gateway's metrics. */
   metrics(): string
-  /** Entries held in the engine's tables (memory bounds). */
-  tableSizes(): TableSizes
+  /**
+   * What the engine's tables hold now, entries and bytes (the fallback limiters summed
+   * over routes).
+   */
+  tables(): Tables
 }
 
 /** Semaphore slots and reservations of an admitted request. */
@@ -93,6 +96,11 @@ export interface EngineOptions {
   seed?: number
   /** Keeps every metrics event for `events()` (the application's hook). */
   events?: boolean
+  /**
+   * Each local table's bound in bytes (the negative cache, the chunks, each route's
+   * fallback limiters); 32 MiB by default.
+   */
+  tableBytes?: number
 }
 
 /** A metrics event, as the application's hook receives it. */
@@ -148,10 +156,15 @@ export interface StepOut {
   verdict?: VerdictOut
 }
 
-export interface TableSizes {
-  negativeCache: number
-  chunks: number
-  fallback: number
+export interface Tables {
+  negativeCache: TableUse
+  chunks: TableUse
+  fallback: TableUse
+}
+
+export interface TableUse {
+  entries: number
+  bytes: number
 }
 
 export interface VerdictOut {

@@ -123,7 +123,7 @@ class Run {
     if (!policy) throw new Error(`no policy named ${scenario.policy}`);
     const o = scenario.options ?? {};
     this.engine = new Engine(JSON.stringify(policy), { legacyHeaders: o.legacy_headers ?? false, logSample: o.log_sample ?? 0,
-      seed: o.seed ?? 1 });
+      seed: o.seed ?? 1, tableBytes: o.table_bytes });
     this.store = new MemoryStore();
     this.now = START_US;
     this.pending = new Map();
@@ -180,8 +180,9 @@ class Run {
     } else if (step.metrics !== undefined) {
       this.checkMetrics(step.metrics);
     } else if (step.tables !== undefined) {
-      const t = this.engine.tableSizes();
-      matches(step.tables, { negative_cache: t.negativeCache, chunks: t.chunks, fallback: t.fallback }, 'tables');
+      const t = this.engine.tables();
+      matches(step.tables, { negative_cache: t.negativeCache.entries, chunks: t.chunks.entries, fallback: t.fallback.entries },
+        'tables');
     } else {
       throw new Error(`unknown step ${JSON.stringify(step)}`);
     }

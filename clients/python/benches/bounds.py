@@ -65,7 +65,7 @@ def main():
         if i == n // 10:
             tenth = max_rss_mb()
     took = time.perf_counter() - t
-    cache, chunks, fallback = e.table_sizes()
+    cache, chunks, fallback = (e.tables()[t][0] for t in ("negative_cache", "chunks", "fallback"))
     assert (cache, chunks, fallback) == (ENTRIES, ENTRIES, 0), (cache, chunks, fallback)
     print(f"store up: {2 * n:,} decisions in {took:.1f} s ({took / (2 * n) * 1e6:.1f} µs each); "
           f"tables {cache:,} / {chunks:,} / {fallback:,}; max RSS {max_rss_mb():.1f} MB "
@@ -74,7 +74,7 @@ def main():
     t = time.perf_counter()
     admitted = sum(decide(e, None, f"other-{i}".encode()).status is None for i in range(n))
     took = time.perf_counter() - t
-    cache, chunks, fallback = e.table_sizes()
+    cache, chunks, fallback = (e.tables()[t][0] for t in ("negative_cache", "chunks", "fallback"))
     assert admitted == n and cache <= ENTRIES and chunks <= ENTRIES and fallback == ENTRIES
     print(f"store down: {n:,} fallback decisions in {took:.1f} s; tables {cache:,} / {chunks:,} "
           f"/ {fallback:,}; max RSS {max_rss_mb():.1f} MB (grew {max_rss_mb() - before:.1f} MB)")

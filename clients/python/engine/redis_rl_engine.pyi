@@ -112,10 +112,11 @@ class Engine:
 
     def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.01,
                  seed: Optional[int] = None,
-                 metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None
-                 ) -> None:
+                 metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None,
+                 table_bytes: Optional[int] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
-        `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`)."""
+        `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`).
+        `table_bytes` bounds each local table in bytes (32 MiB by default)."""
     def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
               peer: Optional[str], now: int, user: Optional[str] = None,
               tenant: Optional[str] = None,
@@ -135,7 +136,8 @@ class Engine:
     def store_timeout_us(self) -> int: ...
     def render_metrics(self) -> str: ...
     def store_mode(self, mode: str) -> None: ...
-    def table_sizes(self) -> Tuple[int, int, int]: ...
+    def tables(self) -> Dict[str, Tuple[int, int]]:
+        """(entries, bytes) of "negative_cache", "chunks" and "fallback"."""
 
 class MemoryStore:
     """Answers the engine's calls in memory with the module's own arithmetic."""

@@ -217,7 +217,8 @@ class Run:
         o = scenario.get("options", {})
         self.engine = engine.Engine(json.dumps(policy),
                                     legacy_headers=o.get("legacy_headers", False),
-                                    log_sample=o.get("log_sample", 0.0), seed=o.get("seed", 1))
+                                    log_sample=o.get("log_sample", 0.0), seed=o.get("seed", 1),
+                                    table_bytes=o.get("table_bytes"))
         self.store = engine.MemoryStore()
         self.now = START_US
         self.pending = {}
@@ -268,9 +269,8 @@ class Run:
         elif "metrics" in step:
             self.check_metrics(step["metrics"])
         elif "tables" in step:
-            cache, chunks, fallback = self.engine.table_sizes()
-            matches(step["tables"], {"negative_cache": cache, "chunks": chunks,
-                                     "fallback": fallback}, "tables")
+            held = {name: entries for name, (entries, _) in self.engine.tables().items()}
+            matches(step["tables"], held, "tables")
         else:
             raise AssertionError(f"unknown step {step}")
 

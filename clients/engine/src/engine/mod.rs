@@ -33,7 +33,7 @@ use crate::identity::Headers;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyError};
 use crate::rng::Rng;
-use crate::table::Table;
+use crate::table::{Table, TableUse};
 use crate::time::Instant;
 use crate::wire::{Args, Reply};
 
@@ -249,32 +249,26 @@ impl Engine {
         }
     }
 
-    /// The bytes the tables of [`Engine::table_sizes`] are counted (each at most
-    /// `Options::table_bytes`; the fallbacks' summed over routes).
-    pub fn table_bytes(&self) -> (usize, usize, usize) {
-        let fallbacks = lock(&self.shared.fallbacks)
+    /// What the engine's tables hold now (each at most `Options::table_bytes`; the fallback
+    /// limiters summed over routes, each route's within the budget).
+    pub fn tables(&self) -> Tables {
+        let fallback = lock(&self.shared.fallbacks)
             .values()
-            .map(|(_, f)| f.bytes())
-            .sum();
-        (
-            self.shared.cache.bytes(),
-            lock(&self.shared.chunks).bytes(),
-            fallbacks,
-        )
+            .fold(TableUse::default(), |sum, (_, f)| sum + f.usage());
+        Tables {
+            negative_cache: self.shared.cache.usage(),
+            chunks: lock(&self.shared.chunks).usage(),
+            fallback,
+        }
     }
+}
 
-    /// Local entries held now: negative cache, chunks, fallback limiters (for memory bounds).
-    pub fn table_sizes(&self) -> (usize, usize, usize) {
-        let fallbacks = lock(&self.shared.fallbacks)
-            .values()
-            .map(|(_, f)| f.len())
-            .sum();
-        (
-            self.shared.cache.len(),
-            lock(&self.shared.chunks).len(),
-            fallbacks,
-        )
-    }
+/// The engine's local tables, as [`Engine::tables`] measures them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tables {
+    pub negative_cache: TableUse,
+    pub chunks: TableUse,
+    pub fallback: TableUse,
 }
 
 impl Shared {

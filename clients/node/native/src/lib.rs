@@ -39,6 +39,9 @@ pub struct EngineOptions {
     pub seed: Option<f64>,
     /// Keeps every metrics event for `events()` (the application's hook).
     pub events: Option<bool>,
+    /// Each local table's bound in bytes (the negative cache, the chunks, each route's
+    /// fallback limiters); 32 MiB by default.
+    pub table_bytes: Option<f64>,
 }
 
 #[napi(object)]
@@ -62,10 +65,16 @@ pub struct RequestIn {
 }
 
 #[napi(object)]
-pub struct TableSizes {
-    pub negative_cache: u32,
-    pub chunks: u32,
-    pub fallback: u32,
+pub struct TableUse {
+    pub entries: f64,
+    pub bytes: f64,
+}
+
+#[napi(object)]
+pub struct Tables {
+    pub negative_cache: TableUse,
+    pub chunks: TableUse,
+    pub fallback: TableUse,
 }
 
 /// The engine: one per gateway, shared by its requests.
@@ -92,7 +101,10 @@ impl Engine {
             legacy_headers: o.legacy_headers.unwrap_or(defaults.legacy_headers),
             log_sample: o.log_sample.unwrap_or(defaults.log_sample),
             seed: o.seed.map_or(defaults.seed, |s| s.max(0.0) as u64),
-            ..defaults
+            // A float from JS: negative or NaN is no room at all, past usize the most there is.
+            table_bytes: o
+                .table_bytes
+                .map_or(defaults.table_bytes, |b| b.max(0.0) as usize),
         });
         Ok(Engine {
             engine: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),
@@ -169,15 +181,19 @@ impl Engine {
         self.engine.metrics().render()
     }
 
-    /// Entries held in the engine's tables (memory bounds).
+    /// What the engine's tables hold now, entries and bytes (the fallback limiters summed
+    /// over routes).
     #[napi]
-    pub fn table_sizes(&self) -> TableSizes {
-        let (cache, chunks, fallback) = self.engine.table_sizes();
-        let n = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
-        TableSizes {
-            negative_cache: n(cache),
-            chunks: n(chunks),
-            fallback: n(fallback),
+    pub fn tables(&self) -> Tables {
+        let t = self.engine.tables();
+        let use_of = |u: rl_engine::TableUse| TableUse {
+            entries: u.entries as f64,
+            bytes: u.bytes as f64,
+        };
+        Tables {
+            negative_cache: use_of(t.negative_cache),
+            chunks: use_of(t.chunks),
+            fallback: use_of(t.fallback),
         }
     }
 }

@@ -154,8 +154,9 @@ async function sendEach(rl, calls, logger, route) {
 export class Gateway {
   // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, or a policy document
   // as text or object), `durableStore` (connections of their own for durable routes),
-  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `logger`, `hook(event)`,
-  // `identify(request)` (async, `{ user, tenant }`).
+  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `tableBytes` (each local table's
+  // bound in bytes, default 32 MiB), `logger`, `hook(event)`, `identify(request)` (async,
+  // `{ user, tenant }`).
   constructor(options) {
     const { Engine } = addon();
     this.logger = options.logger ?? console;
@@ -164,7 +165,8 @@ export class Gateway {
     this.policies = options.policy instanceof PolicyStore ? options.policy : new PolicyStore(options.policy);
     try {
       this.engine = new Engine(this.policies.text, { legacyHeaders: Boolean(options.legacyHeaders),
-        logSample: options.logSample ?? 0.01, seed: randomBytes(6).readUIntBE(0, 6), events: Boolean(this.hook) });
+        logSample: options.logSample ?? 0.01, tableBytes: options.tableBytes, seed: randomBytes(6).readUIntBE(0, 6),
+        events: Boolean(this.hook) });
     } catch (err) {
       throw new PolicyError(err.message);
     }

@@ -5,6 +5,7 @@
 
 mod convert;
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -83,10 +84,13 @@ struct Engine {
 impl Engine {
     /// `policy`: the JSON document. `seed` fixes the engine's randomness (jitter, sampling,
     /// ids); by default it is drawn from the OS. `metrics_hook(name, labels, value)` is called
-    /// for every metrics event, for the application's own metrics library.
+    /// for every metrics event, for the application's own metrics library. `table_bytes`
+    /// bounds each local table in bytes (the negative cache, the chunks, each route's fallback
+    /// limiters; 32 MiB by default).
     #[new]
     #[pyo3(signature = (
-        policy, *, legacy_headers = false, log_sample = 0.01, seed = None, metrics_hook = None
+        policy, *, legacy_headers = false, log_sample = 0.01, seed = None, metrics_hook = None,
+        table_bytes = None
     ))]
     fn new(
         policy: &str,
@@ -94,13 +98,15 @@ impl Engine {
         log_sample: f64,
         seed: Option<u64>,
         metrics_hook: Option<Py<PyAny>>,
+        table_bytes: Option<usize>,
     ) -> PyResult<Self> {
         let policy = Policy::from_json(policy).map_err(policy_error)?;
+        let defaults = Options::default();
         let options = Options {
             legacy_headers,
             log_sample,
             seed: seed.unwrap_or_else(random_seed),
-            ..Options::default()
+            table_bytes: table_bytes.unwrap_or(defaults.table_bytes),
         };
         let hook = metrics_hook.map(|f| Arc::new(PyHook(f)) as Arc<dyn MetricsHook>);
         Ok(Engine {
@@ -227,9 +233,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Entries held now in the negative cache, the chunk table and the fallback limiters.
-    fn table_sizes(&self) -> (usize, usize, usize) {
-        self.inner.table_sizes()
+    /// What the local tables hold now: `{"negative_cache" | "chunks" | "fallback":
+    /// (entries, bytes)}` (the fallback limiters summed over routes).
+    fn tables(&self) -> HashMap<&'static str, (usize, usize)> {
+        let t = self.inner.tables();
+        let pair = |u: rl_engine::TableUse| (u.entries, u.bytes);
+        HashMap::from([
+            ("negative_cache", pair(t.negative_cache)),
+            ("chunks", pair(t.chunks)),
+            ("fallback", pair(t.fallback)),
+        ])
     }
 }
 

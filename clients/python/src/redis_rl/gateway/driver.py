@@ -279,18 +279,21 @@ class Gateway:
     made by the engine. `policy`: a policy file's path (which `reload` re-reads) or the
     document as a dict; an invalid one raises `InvalidPolicy` with the bad field's JSON path.
     `metrics_hook(name, labels, value)` sees every metrics event, for another metrics
-    library."""
+    library. `table_bytes` bounds each of the engine's local tables in bytes (32 MiB by
+    default)."""
 
     def __init__(self, client: AsyncClient, policy: PolicyInput, *,
                  legacy_headers: bool = False, log_sample: float = 0.01,
                  identify: Identify | None = None, durable_connections: int = 0,
-                 metrics_hook: MetricsHook | None = None, seed: int | None = None):
+                 metrics_hook: MetricsHook | None = None, seed: int | None = None,
+                 table_bytes: int | None = None):
         if not 0 <= log_sample <= 1:
             raise ValueError("log_sample must be in [0, 1]")
         self.client = client
         self._file = None if isinstance(policy, dict) else policy
         self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
-                                    log_sample=log_sample, seed=seed, metrics_hook=metrics_hook)
+                                    log_sample=log_sample, seed=seed, metrics_hook=metrics_hook,
+                                    table_bytes=table_bytes)
         self.identify = identify
         # Connections of their own for routes with a `durable` rule, taken in turn: the server
         # blocks a connection while its WAIT waits, and other routes must not queue behind it.

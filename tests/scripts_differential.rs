@@ -301,10 +301,6 @@ fn random_sequences_reply_the_same_in_both_modes() {
 
 #[test]
 fn large_rules_decide_exactly_as_the_module() {
-    let module = Server::start();
-    let plain = Server::start_plain(&[]);
-    let (mut m, mut s) = (module.conn(), plain.conn());
-    let sha = load_script(&mut s);
     let lines = [
         "RL.ADMIT big:1 100000000 3650d BURST 100000000 COST 99999999",
         "RL.ADMIT big:1 100000000 3650d BURST 100000000 COST 3",
@@ -333,17 +329,7 @@ fn large_rules_decide_exactly_as_the_module() {
         "RL.ADMIT conv:3 5 1h ALGO sliding COST 1",
         "RL.ADMIT conv:3 20 2h ALGO window COST 3",
     ];
-    for line in lines {
-        let args: Vec<String> = line.split(' ').map(String::from).collect();
-        let a = module_call(&mut m, &args);
-        let b = script_call(&mut s, &sha, &args);
-        let agree = match (&a, &b) {
-            (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
-            (Err(x), Err(y)) => error_text(x) == error_text(y),
-            _ => false,
-        };
-        assert!(agree, "{line}\n  module {a:?}\n  script {b:?}");
-    }
+    module_and_script_agree(&lines, |e| e.to_string());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -351,10 +337,6 @@ fn large_rules_decide_exactly_as_the_module() {
 
 #[test]
 fn a_forgotten_reservation_is_charged_anew_in_both_modes() {
-    let module = Server::start();
-    let plain = Server::start_plain(&[]);
-    let (mut m, mut s) = (module.conn(), plain.conn());
-    let sha = load_script(&mut s);
     let lines = [
         "RL.ADMIT fg:1 10 1h BURST 100 COST 10 RESERVE idem KEEP 1h",
         "RL.ADMIT fg:1 10 1h BURST 100 COST 10 RESERVE other KEEP 2h",
@@ -389,13 +371,23 @@ fn a_forgotten_reservation_is_charged_anew_in_both_modes() {
         "RL.SETTLE fg:1  -1 KEEP",
         "RL.SETTLE fg:1 idem",
     ];
+    module_and_script_agree(&lines, normal_error);
+}
+
+/// Runs each line on a server with the module and on one with the script only, and asserts
+/// the same replies (errors compared as `errors` reads them).
+fn module_and_script_agree(lines: &[&str], errors: fn(&str) -> String) {
+    let module = Server::start();
+    let plain = Server::start_plain(&[]);
+    let (mut m, mut s) = (module.conn(), plain.conn());
+    let sha = load_script(&mut s);
     for line in lines {
         let args: Vec<String> = line.split(' ').map(String::from).collect();
         let a = module_call(&mut m, &args);
         let b = script_call(&mut s, &sha, &args);
         let agree = match (&a, &b) {
             (Ok(x), Ok(y)) => same(&args[0], &mut Vec::new(), x, y),
-            (Err(x), Err(y)) => normal_error(&error_text(x)) == normal_error(&error_text(y)),
+            (Err(x), Err(y)) => errors(&error_text(x)) == errors(&error_text(y)),
             _ => false,
         };
         assert!(agree, "{line}\n  module {a:?}\n  script {b:?}");

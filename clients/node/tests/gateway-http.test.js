@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import Fastify from 'fastify';
 import { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, RL } from '../src/index.js';
-import { listen } from './support/http.js';
+import { listen, rawStatus } from './support/http.js';
 import { backend, fresh, quiet, serveGateway } from './support/gateway.js';
 import { Server } from './support/server.js';
 import { VARIANTS } from './support/clients.js';
@@ -152,18 +152,6 @@ async function serveFramework(kind, gateway, trust = false) {
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   return { url, port: app.server.address().port, close: () => app.close(),
     seen: (path) => app.server.once('request', (req) => path(req.socket)) };
-}
-
-// One request written byte for byte (header values that are not UTF-8); the response's status.
-function rawStatus(port, head) {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1');
-    let got = Buffer.alloc(0);
-    socket.on('data', (d) => { got = Buffer.concat([got, d]); });
-    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(got.toString('latin1'))?.[1])));
-    socket.on('error', reject);
-    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), Buffer.from('Content-Length: 0\r\nConnection: close\r\n\r\n')]));
-  });
 }
 
 describe('what no caller may provoke', () => {

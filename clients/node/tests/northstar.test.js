@@ -3,12 +3,12 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
-import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
+import { rawStatus } from './support/http.js';
 import { Cluster, freePort, SCRIPT_MODE, Server } from './support/server.js';
 
 const NORTHSTAR = join(dirname(fileURLToPath(import.meta.url)), '..', 'northstar');
@@ -72,18 +72,6 @@ async function admittedWithin(ns, ms) {
     await sleep(25);
   }
   return null;
-}
-
-// One request written byte for byte (header values that are not UTF-8); the response's status.
-function rawStatus(port, head) {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1');
-    let got = Buffer.alloc(0);
-    socket.on('data', (d) => { got = Buffer.concat([got, d]); });
-    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(got.toString('latin1'))?.[1])));
-    socket.on('error', reject);
-    socket.write(Buffer.concat([Buffer.from(head, 'latin1'), Buffer.from('Content-Length: 0\r\nConnection: close\r\n\r\n')]));
-  });
 }
 
 async function exercise(ns) {

@@ -57,9 +57,10 @@ def classify(exc: BaseException) -> RLError:
     if name == "DataError":
         return InvalidRequest(text)
     if name in ("ResponseError", "ModuleError"):
-        # redis-py 6 and newer strip a code they know from the text and keep it as status_code
-        # (None: the code they did not know is still the text's first word); older ones strip
-        # the codes they know, ERR included, and keep nothing.
+        # redis-py 6 and newer strip a code they know from the text and keep it as status_code;
+        # a code they do not know is still the text's first word, with status_code None (6 and
+        # 7) or that word (8). Older ones strip the codes they know, ERR included, and keep
+        # nothing.
         first = text.split(" ", 1)[0]
         if not hasattr(exc, "status_code"):
             if first in ("WRONGTYPE", "CROSSSLOT"):
@@ -70,7 +71,6 @@ def classify(exc: BaseException) -> RLError:
         code = exc.status_code
         if code is None:
             return Refused(text) if first in _REFUSAL_CODES else Unavailable(text)
-        if code in _REFUSAL_CODES:
-            return Refused(f"{code} {text}")
-        return Unavailable(f"{code} {text}")
+        full = text if first == code else f"{code} {text}"
+        return Refused(full) if code in _REFUSAL_CODES else Unavailable(full)
     return Unavailable(f"{name}: {text}")

@@ -4,6 +4,10 @@
 //!   rule spent from its local chunk): `begin` renders the keys and asks the store, `resume`
 //!   reads the scripted reply and renders the headers.
 //! - `cached_refusal`: the same route refused from the negative cache, no store call.
+//! - `ask_and_resume_plans`: `ask_and_resume` under the same policy with 50 plans, 10,000
+//!   tenants mapped to them and 10,000 overrides (the caller's tenant has one): what resolving
+//!   the plan and the overrides adds to a decision.
+//! - `load_plans`: parsing and validating that policy.
 //!
 //! `cargo bench -p redis-rl-engine --bench engine`
 
@@ -26,14 +30,55 @@ const POLICY: &str = r#"{
   "negative_cache": {"max": "1h"}
 }"#;
 
+/// `POLICY` with 50 plans (each giving `tenant` its own limit), 10,000 tenants mapped to them
+/// and 10,000 overrides of `read`, one per tenant (`atlas`'s among them).
+fn with_plans() -> String {
+    let mut doc: serde_json::Value = serde_json::from_str(POLICY).expect("the policy");
+    let limits: serde_json::Map<String, serde_json::Value> = (0..50)
+        .map(|p| {
+            let numbers = serde_json::json!({"tenant": {"limit": 1000 + p}});
+            (format!("plan{p}"), numbers)
+        })
+        .collect();
+    let tenant = |t: usize| {
+        if t == 0 {
+            "atlas".to_string()
+        } else {
+            format!("t{t}")
+        }
+    };
+    let tenants: serde_json::Map<String, serde_json::Value> = (0..10_000)
+        .map(|t| (tenant(t), serde_json::json!(format!("plan{}", t % 50))))
+        .collect();
+    let overrides: Vec<serde_json::Value> = (0..10_000)
+        .map(|t| {
+            serde_json::json!({
+                "tenant": tenant(t), "rule": "read", "limit": 3, "owner": "bench",
+                "reason": "bench", "expires": "2026-02-01T00:00:00Z"
+            })
+        })
+        .collect();
+    doc["identity"]["plan"] = "x-plan".into();
+    doc["plans"] = serde_json::json!({"default": "plan0", "tenants": tenants, "limits": limits});
+    doc["overrides"] = overrides.into();
+    doc.to_string()
+}
+
 fn engine() -> Engine {
-    let policy = Policy::from_json(POLICY).expect("the policy");
+    engine_of(POLICY)
+}
+
+fn engine_of(text: &str) -> Engine {
+    let policy = Policy::from_json_at(text, Instant::from_micros(NOW_US)).expect("the policy");
     let options = Options {
         log_sample: 0.0,
         ..Options::default()
     };
     Engine::new(policy, Arc::default(), options)
 }
+
+/// 2026-01-01T00:00:00Z: the overrides of `with_plans` are active.
+const NOW_US: u64 = 1_767_225_600_000_000;
 
 fn multi_reply(allowed: bool) -> Reply {
     let rule = |name: &str, remaining| {
@@ -65,7 +110,7 @@ fn bench(c: &mut Criterion) {
         caller: None,
         case_insensitive: false,
     };
-    let now = Instant::from_micros(1_767_225_600_000_000);
+    let now = Instant::from_micros(NOW_US);
 
     // The grant rule's chunk is filled once, from the memory store, and lasts the whole run
     // (a billion tokens for an hour).
@@ -89,6 +134,31 @@ fn bench(c: &mut Criterion) {
             // The chunk holds enough for every iteration: only RL.MULTI goes to the store.
             debug_assert_eq!(calls.len(), 1);
             let done = warm.resume(&mut pending, vec![Answer::Reply(multi_reply(true))], now);
+            black_box(done)
+        })
+    });
+
+    let planned = with_plans();
+    c.bench_function("load_plans", |b| {
+        b.iter(|| Policy::from_json_at(black_box(&planned), now).expect("the policy"))
+    });
+    let plans = engine_of(&planned);
+    let (mut pending, mut step) = plans.begin(&request, now);
+    while let Step::Calls { calls, .. } = step {
+        let answers = calls
+            .iter()
+            .map(|c| Answer::Reply(store.call(c.args.as_slice(), now.as_micros())))
+            .collect();
+        step = plans.resume(&mut pending, answers, now);
+    }
+    c.bench_function("ask_and_resume_plans", |b| {
+        b.iter(|| {
+            let (mut pending, step) = plans.begin(black_box(&request), now);
+            let Step::Calls { calls, .. } = step else {
+                panic!("the route asks the store: {step:?}");
+            };
+            debug_assert_eq!(calls.len(), 1);
+            let done = plans.resume(&mut pending, vec![Answer::Reply(multi_reply(true))], now);
             black_box(done)
         })
     });

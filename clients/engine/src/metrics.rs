@@ -5,12 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::breaker::BreakerState;
 use crate::policy::Policy;
+use crate::time::Instant;
 use crate::wire::Mode;
 
 /// How one rule's decision for one request ended.
@@ -98,6 +99,8 @@ pub enum Event<'a> {
     },
     /// The store's implementation of the commands (module or script), when detected.
     StoreMode(Mode),
+    /// A plan header named no plan of the policy (section 8.1): ignored.
+    UnknownPlan,
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -134,6 +137,12 @@ pub struct Metrics {
     breaker: Mutex<BreakerState>,
     policy_version: AtomicU64,
     store_mode: Mutex<Option<Mode>>,
+    unknown_plan: AtomicU64,
+    // Whether the policy in force has plans (the unknown-plan counter is shown only then).
+    plans: AtomicBool,
+    // The rule and expiry of each override of the policy in force, for the gauge of active
+    // and expired overrides, which changes with the time, not with events.
+    overrides: Mutex<Vec<(String, Instant)>>,
     hook: Option<Arc<dyn MetricsHook>>,
 }
 
@@ -150,6 +159,9 @@ impl Metrics {
             breaker: Mutex::new(BreakerState::Closed),
             policy_version: AtomicU64::new(0),
             store_mode: Mutex::new(None),
+            unknown_plan: AtomicU64::new(0),
+            plans: AtomicBool::new(false),
+            overrides: Mutex::new(Vec::new()),
             hook,
         }
     }
@@ -204,6 +216,9 @@ impl Metrics {
             Event::StoreMode(mode) => {
                 *self.store_mode.lock().unwrap_or_else(|p| p.into_inner()) = Some(mode);
             }
+            Event::UnknownPlan => {
+                self.unknown_plan.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if let Some(hook) = &self.hook {
             hook.event(&event);
@@ -214,6 +229,12 @@ impl Metrics {
     /// removed keep their last mode line, as Prometheus series do until the process restarts.
     pub fn policy_loaded(&self, policy: &Policy) {
         self.record(Event::PolicyVersion(policy.version));
+        self.plans.store(policy.plans.is_some(), Ordering::Relaxed);
+        *self.overrides.lock().unwrap_or_else(|p| p.into_inner()) = policy
+            .overrides
+            .iter()
+            .map(|o| (o.rule.clone(), o.expires))
+            .collect();
         for route in &policy.routes {
             self.record(Event::RouteMode {
                 route: route.name(),
@@ -222,8 +243,14 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition (format 0.0.4) of everything recorded.
+    /// The Prometheus text exposition (format 0.0.4) of everything recorded, overrides counted
+    /// active or expired by the system clock.
     pub fn render(&self) -> String {
+        self.render_at(Instant::wall())
+    }
+
+    /// The same, with overrides counted active or expired at `now`.
+    pub fn render_at(&self, now: Instant) -> String {
         let t = self.tables();
         let mut out = String::new();
         header(
@@ -334,6 +361,49 @@ impl Metrics {
             "gauge",
             "1 for the store's implementation of the commands (module or script), 0 for the other.",
         );
+        if self.plans.load(Ordering::Relaxed) {
+            header(
+                &mut out,
+                "rl_gateway_unknown_plan_total",
+                "counter",
+                "Requests whose plan header named no plan of the policy (ignored).",
+            );
+            let _ = writeln!(
+                out,
+                "rl_gateway_unknown_plan_total {}",
+                self.unknown_plan.load(Ordering::Relaxed)
+            );
+        }
+        let overrides = self.overrides.lock().unwrap_or_else(|p| p.into_inner());
+        if !overrides.is_empty() {
+            header(
+                &mut out,
+                "rl_gateway_overrides",
+                "gauge",
+                "Overrides of the policy in force, by rule, active or expired.",
+            );
+            let mut by_rule: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+            for (rule, expires) in overrides.iter() {
+                let n = by_rule.entry(rule).or_default();
+                if now < *expires {
+                    n.0 += 1;
+                } else {
+                    n.1 += 1;
+                }
+            }
+            for (rule, (active, expired)) in by_rule {
+                let rule = escape(rule);
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_overrides{{rule=\"{rule}\",state=\"active\"}} {active}"
+                );
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_overrides{{rule=\"{rule}\",state=\"expired\"}} {expired}"
+                );
+            }
+        }
+        drop(overrides);
         let store_mode = *self.store_mode.lock().unwrap_or_else(|p| p.into_inner());
         // Nothing is claimed before the first store call has detected the mode.
         if let Some(current) = store_mode {

@@ -1,13 +1,12 @@
-//! The engine's clock: an instant is a count of microseconds the driver gives with every call
-//! (from a monotonic clock in production, from a script in tests), so no decision depends on
-//! when the code happens to run.
+//! The engine's clock: an instant is a count of microseconds since the Unix epoch that the
+//! driver gives with every call (its wall clock advanced by a monotonic one in production, a
+//! script in tests), so no decision depends on when the code happens to run.
 
 use std::ops::{Add, AddAssign};
 use std::time::Duration;
 
-/// An instant, in microseconds since an origin the driver chooses (its process start, the Unix
-/// epoch, zero in a scenario). Only differences between instants mean anything, except for the
-/// local fallback limiters, which read it as the module reads its wall clock.
+/// An instant, in microseconds since the Unix epoch: the local fallback limiters read it as the
+/// module reads its wall clock, and an override's `expires` is compared with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Instant(u64);
 
@@ -37,6 +36,17 @@ impl Instant {
     }
 }
 
+impl Instant {
+    /// The system clock now: for the drivers' conveniences (a policy loaded now, metrics
+    /// rendered now); the engine's decisions take the instant they are given.
+    pub fn wall() -> Instant {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Instant(u64::try_from(now.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
 /// Milliseconds of a duration, saturated (no policy duration comes near the limit).
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -54,5 +64,149 @@ impl Add<Duration> for Instant {
 impl AddAssign<Duration> for Instant {
     fn add_assign(&mut self, d: Duration) {
         *self = self.saturating_add(d);
+    }
+}
+
+/// An RFC 3339 timestamp (`2026-12-07T00:00:00Z`, `2026-12-07T01:00:00.5+01:00`) as an instant
+/// of the Unix-epoch clock the drivers give. `None` for any other text, or a time before 1970.
+pub fn parse_rfc3339(text: &str) -> Option<Instant> {
+    let b = text.as_bytes();
+    let digits = |from: usize, n: usize| -> Option<i64> {
+        let part = b.get(from..from.checked_add(n)?)?;
+        part.iter().try_fold(0i64, |acc, d| {
+            d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
+        })
+    };
+    let sep = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (year, month, day) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
+    let (hour, minute, second) = (digits(11, 2)?, digits(14, 2)?, digits(17, 2)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let days_in_month = *month_days.get(usize::try_from(month).ok()?.checked_sub(1)?)?;
+    // A leap second (:60) is read as the next second's start, as Unix time has none.
+    if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut at = 19;
+    let mut micros = 0i64;
+    if sep(at, b".") {
+        at += 1;
+        let start = at;
+        while let Some(d) = b.get(at).filter(|d| d.is_ascii_digit()) {
+            if at - start < 6 {
+                micros = micros * 10 + i64::from(d - b'0');
+            }
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+        for _ in (at - start)..6 {
+            micros *= 10;
+        }
+    }
+    let offset = match b.get(at) {
+        Some(b'Z' | b'z') if b.len() == at + 1 => 0,
+        Some(sign @ (b'+' | b'-')) if b.len() == at + 6 && sep(at + 3, b":") => {
+            let (h, m) = (digits(at + 1, 2)?, digits(at + 4, 2)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let minutes = h * 60 + m;
+            if *sign == b'+' {
+                minutes
+            } else {
+                -minutes
+            }
+        }
+        _ => return None,
+    };
+    // Days from 1970-01-01 to the date (the civil-from-days inverse, proleptic Gregorian).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset * 60;
+    let us = seconds.checked_mul(1_000_000)?.checked_add(micros)?;
+    u64::try_from(us).ok().map(Instant)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // The parser reads text from a policy file: no input may panic it.
+        #[test]
+        fn rfc3339_never_panics(text in "\\PC{0,40}") {
+            let _ = parse_rfc3339(&text);
+        }
+
+        #[test]
+        fn rfc3339_near_misses_never_panic(
+            text in "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+        ) {
+            let _ = parse_rfc3339(&text);
+        }
+
+        // An offset moves the instant by exactly its minutes.
+        #[test]
+        fn rfc3339_offsets_shift_the_instant(h in 0u64..24, m in 0u64..60) {
+            let utc = parse_rfc3339("2026-06-15T12:00:00Z").map(Instant::as_micros);
+            let east = parse_rfc3339(&format!("2026-06-15T12:00:00+{h:02}:{m:02}"));
+            let shift = (h * 60 + m) * 60_000_000;
+            prop_assert_eq!(east.map(Instant::as_micros), utc.map(|u| u - shift));
+        }
+    }
+
+    #[test]
+    fn rfc3339_instants() {
+        let at = |t: &str| parse_rfc3339(t).map(Instant::as_micros);
+        assert_eq!(at("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(at("2026-01-01T00:00:00Z"), Some(1_767_225_600_000_000));
+        assert_eq!(at("2026-12-07T00:00:00Z"), Some(1_796_601_600_000_000));
+        assert_eq!(at("2026-12-07T01:30:00+01:30"), Some(1_796_601_600_000_000));
+        assert_eq!(at("2026-12-06T23:00:00-01:00"), Some(1_796_601_600_000_000));
+        assert_eq!(at("2024-02-29T12:00:00.25Z"), Some(1_709_208_000_250_000));
+        assert_eq!(
+            at("2024-02-29t12:00:00.1234567z"),
+            Some(1_709_208_000_123_456)
+        );
+        for bad in [
+            "",
+            "2026-12-07",
+            "2026-12-07T00:00:00",
+            "2025-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2026-12-07T24:00:00Z",
+            "2026-12-07T00:00:00.Z",
+            "2026-12-07T00:00:00+0100",
+            "2026-12-07T00:00:00Z ",
+            "1969-12-31T23:59:59Z",
+            "２026-12-07T00:00:00Z",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
     }
 }

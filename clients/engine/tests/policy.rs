@@ -375,8 +375,11 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
         tenant: Some(b"atlas"),
         ip: Some(b"10.0.0.1"),
         route: Some(b"GET /catalog"),
+        plan: Some(b"free"),
     };
     assert_eq!(t.render(&id), "{t:atlas}:read:17:10.0.0.1:GET /catalog");
+    let by_plan = KeyTemplate::parse("{t:${tenant}}:${plan}").unwrap();
+    assert_eq!(by_plan.render(&id), "{t:atlas}:free");
     assert_eq!(
         t.render(&RequestIdentity::default()),
         "{t:anonymous}:read:anonymous:anonymous:anonymous"

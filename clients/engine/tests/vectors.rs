@@ -37,7 +37,7 @@ fn policy_documents_give_their_stated_outcome() {
             Some(text) => text.to_string(),
             None => serde_json::to_string(&case["policy"]).unwrap(),
         };
-        let got = Policy::from_json(&doc);
+        let got = Policy::from_json_at(&doc, Instant::from_micros(START_US));
         match &case["error"] {
             Value::Null => {
                 if let Err(e) = got {
@@ -118,7 +118,8 @@ impl Run {
                 .clone(),
             other => other.clone(),
         };
-        let policy = Policy::from_json(&policy.to_string()).map_err(|e| e.to_string())?;
+        let policy = Policy::from_json_at(&policy.to_string(), Instant::from_micros(START_US))
+            .map_err(|e| e.to_string())?;
         let o = &scenario["options"];
         let options = Options {
             legacy_headers: o["legacy_headers"].as_bool().unwrap_or(false),
@@ -204,7 +205,9 @@ impl Run {
             return Ok(());
         }
         if let Some(doc) = step.get("reload") {
-            let result = Policy::from_json(&doc.to_string()).and_then(|p| self.engine.reload(p));
+            let at = Instant::from_micros(self.now);
+            let result =
+                Policy::from_json_at(&doc.to_string(), at).and_then(|p| self.engine.reload(p));
             return match (result, step.get("error").and_then(Value::as_str)) {
                 (Ok(_), None) => Ok(()),
                 (Ok(_), Some(want)) => Err(format!("reload accepted, expected {want}")),
@@ -403,7 +406,7 @@ impl Run {
     }
 
     fn check_metrics(&self, want: &Value) -> R<()> {
-        let text = self.metrics.render();
+        let text = self.metrics.render_at(Instant::from_micros(self.now));
         for (series, value) in want.as_object().ok_or("metrics must be an object")? {
             let got = text
                 .lines()

@@ -1240,6 +1240,7 @@ var Gateway = class {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.warn();
     this.lag = loopLag();
     this.timeoutMs = null;
     this.rl = this.client(options.store);
@@ -1271,6 +1272,11 @@ var Gateway = class {
     if (store.mode) onMode(store.mode);
     return store;
   }
+  // What the policy holds that is legal but worth an operator's look (an override that had
+  // already expired when it was loaded).
+  warn() {
+    for (const w of this.engine.warnings) this.logger.warn?.(`redis-rl: policy version ${this.engine.policyVersion}: ${w}`);
+  }
   events() {
     if (this.hook) for (const e of this.engine.events()) this.hook(e);
   }
@@ -1286,6 +1292,7 @@ var Gateway = class {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.warn();
     this.events();
     return this.policy;
   }

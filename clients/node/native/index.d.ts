@@ -5,8 +5,11 @@
 export declare class Engine {
   /** Throws the policy's refusal, with the contract's exact message. */
   constructor(policy: string, options?: EngineOptions | undefined | null)
-  /** Puts a new snapshot in force, or throws (a refused document, a version not higher). */
-  reload(policy: string): number
+  /**
+   * Puts a new snapshot in force, or throws (a refused document, a version not higher).
+   * `nowUs`: when it is loaded (Unix microseconds), by default the system clock's now.
+   */
+  reload(policy: string, nowUs?: number | undefined | null): number
   get policyVersion(): number
   /** Whether a route names the request (an application's caller lookup runs only then). */
   routed(method: string, path: string, caseInsensitive?: boolean | undefined | null): boolean
@@ -21,8 +24,16 @@ export declare class Engine {
   storeMode(mode: string): void
   /** The events recorded since the last call (with `events: true`), oldest first. */
   events(): Array<EventOut>
-  /** The Prometheus text of the gateway's metrics. */
-  metrics(): string
+  /**
+   * What the policy in force holds that is legal but worth a log line (an override that
+   * had already expired when it was loaded).
+   */
+  get warnings(): Array<string>
+  /**
+   * The Prometheus text of the gateway's metrics; overrides are counted active or expired
+   * at `nowUs` (Unix microseconds; by default the system clock's).
+   */
+  metrics(nowUs?: number | undefined | null): string
   /**
    * What the engine's tables hold now, entries and bytes (the fallback limiters summed
    * over routes).
@@ -101,13 +112,18 @@ export interface EngineOptions {
    * fallback limiters); 32 MiB by default.
    */
   tableBytes?: number
+  /**
+   * When the policy is loaded (Unix microseconds), by default the system clock's now: an
+   * override may expire at most 90 days after it.
+   */
+  nowUs?: number
 }
 
 /** A metrics event, as the application's hook receives it. */
 export interface EventOut {
   /**
    * `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-   * `route_mode` or `store_mode`.
+   * `route_mode`, `store_mode` or `unknown_plan` (a plan header naming no plan).
    */
   type: string
   route?: string

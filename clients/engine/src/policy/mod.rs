@@ -5,9 +5,11 @@
 //! Every refusal names the field by its JSON path (`rules.read.period`), because the operator
 //! reading the error has the file open, not this code.
 
+mod plans;
 mod template;
 mod validate;
 
+pub use plans::{Override, Overrides, Plans, Resolved, MAX_OVERRIDE};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
 use validate::RawPolicy;
 
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rl_core::rule::{Algo, Rule};
+
+use crate::time::Instant;
 
 /// Why a policy was not loaded. The previous snapshot stays in force whatever the error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +72,11 @@ pub struct Policy {
     pub identity: Identity,
     pub rules: BTreeMap<String, Arc<RuleSpec>>,
     pub routes: Vec<Arc<Route>>,
+    /// The callers' plans (section 8.1), when the policy has any.
+    pub plans: Option<Plans>,
+    pub overrides: Overrides,
+    /// What is legal but worth a log line at load (an override already expired).
+    pub warnings: Vec<String>,
     pub negative_cache: NegativeCacheSpec,
     pub store: StoreSpec,
     /// Upward jitter of `Retry-After`, as a fraction in [0, 1].
@@ -84,6 +93,8 @@ pub struct Identity {
     /// Header naming the user, if the policy keys anything by user.
     pub user: Option<String>,
     pub tenant: Option<String>,
+    /// Header naming the caller's plan (section 8.1).
+    pub plan: Option<String>,
     pub trusted_proxies: Vec<IpNet>,
 }
 
@@ -266,8 +277,14 @@ pub struct StoreSpec {
 }
 
 impl Policy {
-    /// Parses and validates a policy document.
+    /// Parses and validates a policy document loaded now, by the system clock (the instant
+    /// from which an override may run at most 90 days).
     pub fn from_json(text: &str) -> Result<Policy, PolicyError> {
+        Policy::from_json_at(text, Instant::wall())
+    }
+
+    /// Parses and validates a policy document loaded at `loaded` (Unix-epoch microseconds).
+    pub fn from_json_at(text: &str, loaded: Instant) -> Result<Policy, PolicyError> {
         let de = &mut serde_json::Deserializer::from_str(text);
         let raw: RawPolicy = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
@@ -281,7 +298,27 @@ impl Policy {
                 e.inner().to_string(),
             )
         })?;
-        raw.validate()
+        raw.validate(loaded)
+    }
+
+    /// The rule as it applies to one caller at `now`: the override for its tenant and user,
+    /// else for its tenant, else its plan's numbers, else the rule as written.
+    pub fn effective<'a>(
+        &'a self,
+        rule: &'a Arc<RuleSpec>,
+        plan: Option<usize>,
+        tenant: Option<&[u8]>,
+        user: Option<&[u8]>,
+        now: Instant,
+    ) -> &'a Arc<RuleSpec> {
+        if !self.overrides.is_empty() {
+            if let Some(o) = self.overrides.find(tenant, user, &rule.name, now) {
+                return &o.spec;
+            }
+        }
+        plan.zip(self.plans.as_ref())
+            .and_then(|(p, plans)| plans.rule(p, &rule.name))
+            .unwrap_or(rule)
     }
 
     /// The route for a request, matched the way the backend routes, so that no variant of a

@@ -1,4 +1,5 @@
-//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}` rendered for one request.
+//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}`, `${plan}` rendered for one
+//! request.
 
 use std::fmt::Write as _;
 
@@ -10,6 +11,7 @@ pub enum Var {
     Tenant,
     Ip,
     Route,
+    Plan,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,7 @@ pub struct RequestIdentity<'a> {
     pub tenant: Option<&'a [u8]>,
     pub ip: Option<&'a [u8]>,
     pub route: Option<&'a [u8]>,
+    pub plan: Option<&'a [u8]>,
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -59,9 +62,10 @@ impl KeyTemplate {
                 "tenant" => Var::Tenant,
                 "ip" => Var::Ip,
                 "route" => Var::Route,
+                "plan" => Var::Plan,
                 _ => {
                     return Err(format!(
-                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route)"
+                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route, plan)"
                     ))
                 }
             }));
@@ -113,6 +117,7 @@ impl KeyTemplate {
                         Var::Tenant => "${tenant}",
                         Var::Ip => "${ip}",
                         Var::Route => "${route}",
+                        Var::Plan => "${plan}",
                     });
                 }
                 (Part::Var(_), None) => {}
@@ -136,6 +141,7 @@ impl KeyTemplate {
                         Var::Tenant => id.tenant,
                         Var::Ip => id.ip,
                         Var::Route => id.route,
+                        Var::Plan => id.plan,
                     }
                     .filter(|s| !s.is_empty())
                     .unwrap_or(ANONYMOUS.as_bytes());

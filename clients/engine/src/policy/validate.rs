@@ -12,10 +12,12 @@ use rl_core::rule::{
 };
 use serde::Deserialize;
 
+use super::plans::{validate_overrides, RawOverride, RawPlans};
 use super::{
     invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, OnStoreError, Policy,
-    PolicyError, RateSpec, Route, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec,
+    PolicyError, RateSpec, Route, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
 };
+use crate::time::Instant;
 
 // ---- The document as written ----
 
@@ -27,6 +29,9 @@ pub(super) struct RawPolicy {
     identity: RawIdentity,
     rules: BTreeMap<String, RawRule>,
     routes: Vec<RawRoute>,
+    plans: Option<RawPlans>,
+    #[serde(default)]
+    overrides: Vec<RawOverride>,
     #[serde(default)]
     negative_cache: RawNegativeCache,
     #[serde(default)]
@@ -48,29 +53,30 @@ fn yes() -> bool {
 struct RawIdentity {
     user: Option<String>,
     tenant: Option<String>,
+    plan: Option<String>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-struct RawRule {
+pub(super) struct RawRule {
     key: String,
     algo: Option<String>,
-    limit: Option<u64>,
-    period: Option<String>,
-    burst: Option<u64>,
-    cost: Option<u64>,
+    pub(super) limit: Option<u64>,
+    pub(super) period: Option<String>,
+    pub(super) burst: Option<u64>,
+    pub(super) cost: Option<u64>,
     public: Option<bool>,
     shadow: Option<bool>,
     settle: Option<bool>,
     durable: Option<bool>,
     grant: Option<RawGrant>,
-    concurrency: Option<u64>,
-    lease: Option<String>,
+    pub(super) concurrency: Option<u64>,
+    pub(super) lease: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawGrant {
     want: u64,
@@ -161,10 +167,18 @@ fn optional_duration(
 }
 
 impl RawPolicy {
-    pub(super) fn validate(self) -> Result<Policy, PolicyError> {
+    /// The policy as loaded at `loaded` (the instant overrides' expiry is measured from).
+    pub(super) fn validate(self, loaded: Instant) -> Result<Policy, PolicyError> {
+        if self.identity.plan.is_some() && self.plans.is_none() {
+            return Err(invalid(
+                "identity.plan",
+                "names a plan header, but the policy has no plans",
+            ));
+        }
         let identity = Identity {
             user: self.identity.user,
             tenant: self.identity.tenant,
+            plan: self.identity.plan,
             trusted_proxies: self
                 .identity
                 .trusted_proxies
@@ -181,10 +195,23 @@ impl RawPolicy {
                 .collect::<Result<_, _>>()?,
         };
         let mut rules = BTreeMap::new();
-        for (name, raw) in self.rules {
-            let spec = raw.validate(&format!("rules.{name}"), &name)?;
-            rules.insert(name, Arc::new(spec));
+        for (name, raw) in &self.rules {
+            let spec = raw.clone().validate(&format!("rules.{name}"), name)?;
+            if self.plans.is_none() && spec.key.uses(Var::Plan) {
+                return Err(invalid(
+                    format!("rules.{name}.key"),
+                    "uses ${plan}, but the policy has no plans",
+                ));
+            }
+            rules.insert(name.clone(), Arc::new(spec));
         }
+        let plans = self
+            .plans
+            .map(|p| p.validate(&self.rules, &rules))
+            .transpose()?;
+        let mut warnings = Vec::new();
+        let overrides =
+            validate_overrides(self.overrides, &self.rules, &rules, loaded, &mut warnings)?;
         let mut seen: HashMap<(String, String), usize> = HashMap::new();
         let mut routes = Vec::with_capacity(self.routes.len());
         for (i, raw) in self.routes.into_iter().enumerate() {
@@ -252,6 +279,9 @@ impl RawPolicy {
             identity,
             rules,
             routes,
+            plans,
+            overrides,
+            warnings,
             negative_cache,
             store,
             retry_after_jitter: self.retry_after_jitter,
@@ -262,7 +292,7 @@ impl RawPolicy {
 }
 
 impl RawRule {
-    fn validate(self, path: &str, name: &str) -> Result<RuleSpec, PolicyError> {
+    pub(super) fn validate(self, path: &str, name: &str) -> Result<RuleSpec, PolicyError> {
         let at = |field: &str| format!("{path}.{field}");
         let key = KeyTemplate::parse(&self.key).map_err(|m| invalid(at("key"), m))?;
         let kind = if let Some(concurrency) = self.concurrency {

@@ -9,7 +9,7 @@ use rl_engine::metrics::{Event, MetricsHook};
 #[napi(object)]
 pub struct EventOut {
     /// `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-    /// `route_mode` or `store_mode`.
+    /// `route_mode`, `store_mode` or `unknown_plan` (a plan header naming no plan).
     pub r#type: String,
     pub route: Option<String>,
     pub rule: Option<String>,
@@ -76,6 +76,7 @@ impl MetricsHook for Queue {
                 e.mode = Some(mode.name().to_string());
                 "store_mode"
             }
+            Event::UnknownPlan => "unknown_plan",
         };
         e.r#type = kind.to_string();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);

@@ -42,6 +42,18 @@ pub struct EngineOptions {
     /// Each local table's bound in bytes (the negative cache, the chunks, each route's
     /// fallback limiters); 32 MiB by default.
     pub table_bytes: Option<f64>,
+    /// When the policy is loaded (Unix microseconds), by default the system clock's now: an
+    /// override may expire at most 90 days after it.
+    pub now_us: Option<f64>,
+}
+
+/// A policy document loaded at `now_us`, or by the system clock.
+fn load(policy: &str, now_us: Option<f64>) -> Result<Policy> {
+    match now_us {
+        Some(t) => Policy::from_json_at(policy, instant(t)),
+        None => Policy::from_json(policy),
+    }
+    .map_err(reason)
 }
 
 #[napi(object)]
@@ -89,7 +101,7 @@ impl Engine {
     /// Throws the policy's refusal, with the contract's exact message.
     #[napi(constructor)]
     pub fn new(policy: String, options: Option<EngineOptions>) -> Result<Engine> {
-        let policy = Policy::from_json(&policy).map_err(reason)?;
+        let policy = load(&policy, options.as_ref().and_then(|o| o.now_us))?;
         let defaults = Options::default();
         let events = options
             .as_ref()
@@ -113,9 +125,10 @@ impl Engine {
     }
 
     /// Puts a new snapshot in force, or throws (a refused document, a version not higher).
+    /// `nowUs`: when it is loaded (Unix microseconds), by default the system clock's now.
     #[napi]
-    pub fn reload(&self, policy: String) -> Result<f64> {
-        let policy = Policy::from_json(&policy).map_err(reason)?;
+    pub fn reload(&self, policy: String, now_us: Option<f64>) -> Result<f64> {
+        let policy = load(&policy, now_us)?;
         self.engine
             .reload(policy)
             .map(|p| p.version as f64)
@@ -175,10 +188,19 @@ impl Engine {
         })
     }
 
-    /// The Prometheus text of the gateway's metrics.
+    /// What the policy in force holds that is legal but worth a log line (an override that
+    /// had already expired when it was loaded).
+    #[napi(getter)]
+    pub fn warnings(&self) -> Vec<String> {
+        self.engine.policy().warnings.clone()
+    }
+
+    /// The Prometheus text of the gateway's metrics; overrides are counted active or expired
+    /// at `nowUs` (Unix microseconds; by default the system clock's).
     #[napi]
-    pub fn metrics(&self) -> String {
-        self.engine.metrics().render()
+    pub fn metrics(&self, now_us: Option<f64>) -> String {
+        let metrics = self.engine.metrics();
+        now_us.map_or_else(|| metrics.render(), |t| metrics.render_at(instant(t)))
     }
 
     /// What the engine's tables hold now, entries and bytes (the fallback limiters summed

@@ -170,6 +170,7 @@ export class Gateway {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.warn();
     this.lag = loopLag();
     // The store's deadline, learned from the engine's first calls (and again after a reload).
     this.timeoutMs = null;
@@ -205,6 +206,12 @@ export class Gateway {
     return store;
   }
 
+  // What the policy holds that is legal but worth an operator's look (an override that had
+  // already expired when it was loaded).
+  warn() {
+    for (const w of this.engine.warnings) this.logger.warn?.(`redis-rl: policy version ${this.engine.policyVersion}: ${w}`);
+  }
+
   events() {
     if (this.hook) for (const e of this.engine.events()) this.hook(e);
   }
@@ -222,6 +229,7 @@ export class Gateway {
     } catch (err) {
       throw new PolicyError(err.message);
     }
+    this.warn();
     this.events();
     return this.policy;
   }

@@ -33,6 +33,15 @@ create_exception!(
     "A valid policy whose version is not higher than the one in force (a reload refused)."
 );
 
+/// A policy document loaded at `now` (Unix microseconds), or by the system clock.
+fn load(policy: &str, now: Option<u64>) -> PyResult<Policy> {
+    match now {
+        Some(t) => Policy::from_json_at(policy, Instant::from_micros(t)),
+        None => Policy::from_json(policy),
+    }
+    .map_err(policy_error)
+}
+
 fn policy_error(e: PolicyError) -> PyErr {
     match e {
         PolicyError::Stale { .. } => StalePolicy::new_err(e.to_string()),
@@ -86,11 +95,12 @@ impl Engine {
     /// ids); by default it is drawn from the OS. `metrics_hook(name, labels, value)` is called
     /// for every metrics event, for the application's own metrics library. `table_bytes`
     /// bounds each local table in bytes (the negative cache, the chunks, each route's fallback
-    /// limiters; 32 MiB by default).
+    /// limiters; 32 MiB by default). `now` (Unix microseconds) is when the policy is loaded,
+    /// by default the system clock's now: an override may expire at most 90 days after it.
     #[new]
     #[pyo3(signature = (
         policy, *, legacy_headers = false, log_sample = 0.01, seed = None, metrics_hook = None,
-        table_bytes = None
+        table_bytes = None, now = None
     ))]
     fn new(
         policy: &str,
@@ -99,8 +109,9 @@ impl Engine {
         seed: Option<u64>,
         metrics_hook: Option<Py<PyAny>>,
         table_bytes: Option<usize>,
+        now: Option<u64>,
     ) -> PyResult<Self> {
-        let policy = Policy::from_json(policy).map_err(policy_error)?;
+        let policy = load(policy, now)?;
         let defaults = Options::default();
         let options = Options {
             legacy_headers,
@@ -198,9 +209,10 @@ impl Engine {
 
     /// Puts a new policy document in force, unless its version is not higher than the one in
     /// force (`StalePolicy`) or it is invalid (`InvalidPolicy`); the policy in force stays.
-    /// Returns the new version.
-    fn reload(&self, policy: &str) -> PyResult<u64> {
-        let policy = Policy::from_json(policy).map_err(policy_error)?;
+    /// Returns the new version. `now`: as for the constructor.
+    #[pyo3(signature = (policy, now = None))]
+    fn reload(&self, policy: &str, now: Option<u64>) -> PyResult<u64> {
+        let policy = load(policy, now)?;
         let policy = self.inner.reload(policy).map_err(policy_error)?;
         Ok(policy.version)
     }
@@ -217,9 +229,22 @@ impl Engine {
         u64::try_from(self.inner.policy().store.timeout.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// The Prometheus text (format 0.0.4) of everything the engine counted.
-    fn render_metrics(&self) -> String {
-        self.inner.metrics().render()
+    /// What the policy in force holds that is legal but worth a log line (an override that
+    /// had already expired when it was loaded).
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.policy().warnings.clone()
+    }
+
+    /// The Prometheus text (format 0.0.4) of everything the engine counted; overrides are
+    /// counted active or expired at `now` (Unix microseconds; by default the system clock's).
+    #[pyo3(signature = (now = None))]
+    fn render_metrics(&self, now: Option<u64>) -> String {
+        let metrics = self.inner.metrics();
+        now.map_or_else(
+            || metrics.render(),
+            |t| metrics.render_at(Instant::from_micros(t)),
+        )
     }
 
     /// Records the store's mode (`module` or `script`) for `rl_gateway_store_mode`.
@@ -287,6 +312,7 @@ impl MetricsHook for PyHook {
                 )],
                 1.0,
             ),
+            Event::UnknownPlan => ("unknown_plan", Vec::new(), 1.0),
         };
         // Events come from calls made by Python (begin, resume, store_mode), so the
         // interpreter is attached already; a hook that raises is reported, never propagated

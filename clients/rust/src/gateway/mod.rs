@@ -99,7 +99,12 @@ fn read_policy(file: &Path) -> Result<Policy, PolicyError> {
         source: file.display().to_string(),
         message: e.to_string(),
     })?;
-    Policy::from_json(&text)
+    let policy = Policy::from_json(&text)?;
+    // Legal but worth an operator's look (an override that had already expired).
+    for warning in &policy.warnings {
+        tracing::warn!(policy = %file.display(), version = policy.version, "{warning}");
+    }
+    Ok(policy)
 }
 
 impl PolicyStore {

@@ -170,6 +170,17 @@ impl Pending {
             let verdict = super::Verdict::identity_too_long(policy.version, route.name());
             return (pending, Step::Done(verdict));
         }
+        // The caller's plan (a plan header naming no plan is ignored, and counted).
+        let plan = policy.plans.as_ref().map(|plans| {
+            let resolved = plans.resolve(header(policy.identity.plan.as_deref()), tenant);
+            if resolved.unknown {
+                pending.shared.metrics.record(Event::UnknownPlan);
+            }
+            resolved.plan
+        });
+        let plan_name = plan
+            .zip(policy.plans.as_ref())
+            .map(|(p, plans)| plans.name(p).as_bytes());
         let ip = route
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))
@@ -180,13 +191,15 @@ impl Pending {
             tenant,
             ip: ip.as_deref().map(str::as_bytes),
             route: Some(route.name().as_bytes()),
+            plan: plan_name,
         };
+        // Each rule with the caller's numbers: an override's, its plan's, or its own.
         let keyed: Vec<Keyed> = route
             .rules
             .iter()
             .map(|rule| Keyed {
                 key: rule.key.render(&id),
-                rule: Arc::clone(rule),
+                rule: Arc::clone(policy.effective(rule, plan, tenant, user, now)),
             })
             .collect();
         let sample = pending.shared.options.log_sample;

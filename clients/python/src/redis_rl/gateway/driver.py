@@ -294,6 +294,7 @@ class Gateway:
         self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
                                     log_sample=log_sample, seed=seed, metrics_hook=metrics_hook,
                                     table_bytes=table_bytes)
+        self._warn()
         self.identify = identify
         # Connections of their own for routes with a `durable` rule, taken in turn: the server
         # blocks a connection while its WAIT waits, and other routes must not queue behind it.
@@ -346,7 +347,15 @@ class Gateway:
         (the policy in force stays)."""
         if self._file is None:
             raise InvalidPolicy("the policy was not read from a file")
-        return self.engine.reload(_read(self._file))
+        version = self.engine.reload(_read(self._file))
+        self._warn()
+        return version
+
+    def _warn(self) -> None:
+        # What the policy holds that is legal but worth an operator's look (an override that
+        # had already expired when it was loaded).
+        for warning in self.engine.warnings:
+            log.warning("policy version %d: %s", self.engine.policy_version, warning)
 
     def _store_for(self, pending: engine.Pending) -> AsyncClient:
         if not self._durable or not pending.durable:

@@ -95,6 +95,13 @@ async function exercise(ns) {
   const exp = await fetch(`${ns.url}/reports/export?units=3`, { method: 'POST', headers: { 'x-tenant': 'acme' } });
   assert.equal(exp.status, 200);
   assert.equal(exp.headers.get('ratelimit-policy'), '"inflight";q=3;qu="concurrent-requests", "export";q=100;w=60');
+  // Plans: the tenant map gives globex and initech their plan's numbers, acme the default's.
+  for (const [tenant, inflight, limit] of [['globex', 8, 1000], ['initech', 3, 20]]) {
+    const planned = await fetch(`${ns.url}/reports/export?units=3`, { method: 'POST', headers: { 'x-tenant': tenant } });
+    assert.equal(planned.status, 200);
+    assert.equal(planned.headers.get('ratelimit-policy'),
+      `"inflight";q=${inflight};qu="concurrent-requests", "export";q=${limit};w=60`);
+  }
   const metrics = await (await fetch(`${ns.url}/metrics`)).text();
   assert.match(metrics, /rl_gateway_decisions_total\{route="GET \/catalog",rule="read",outcome="admit"\} 1\n/);
   assert.match(metrics, /rl_gateway_policy_version 7\n/);

@@ -122,6 +122,17 @@ def test_export_settles_and_health_metrics_reload(northstar):
     assert reload.status_code == 409 and "not higher" in reload.text
 
 
+def test_plans_give_each_tenant_its_numbers(northstar):
+    def policy_of(tenant):
+        r = httpx.post(f"{northstar}/reports/export?units=2", headers={"x-tenant": tenant})
+        assert r.status_code == 200
+        return r.headers["ratelimit-policy"]
+
+    assert policy_of("globex") == '"inflight";q=8;qu="concurrent-requests", "export";q=1000;w=60'
+    assert policy_of("initech") == '"inflight";q=3;qu="concurrent-requests", "export";q=20;w=60'
+    assert policy_of("ns-plan") == '"inflight";q=3;qu="concurrent-requests", "export";q=100;w=60'
+
+
 def test_northstar_on_a_cluster(cluster):
     with running(f"redis://127.0.0.1:{cluster.port}", "--cluster") as url, httpx.Client() as c:
         for tenant in ("c1", "c2", "c3"):

@@ -290,6 +290,22 @@ async fn northstar_serves_the_policy_end_to_end() {
     let body: serde_json::Value = serde_json::from_str(&catalog.text().await.unwrap()).unwrap();
     assert_eq!(body["path"], "/catalog");
 
+    // Plans: the tenant map gives globex and initech their plan's numbers, atlas the default's.
+    for (tenant, inflight, limit) in [("globex", 8, 1000), ("initech", 3, 20), ("atlas", 3, 100)] {
+        let export = http
+            .post(format!("{base}/reports/export"))
+            .header("x-tenant", tenant)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(export.status(), 200, "{tenant}");
+        assert_eq!(
+            header(&export, "ratelimit-policy"),
+            format!(r#""inflight";q={inflight};qu="concurrent-requests", "export";q={limit};w=60"#),
+            "{tenant}"
+        );
+    }
+
     // The login rule counts failed attempts: 20 per 10 s per IP, then 429.
     for n in 1..=20 {
         let login = http.post(format!("{base}/login")).send().await.unwrap();

@@ -113,10 +113,12 @@ class Engine:
     def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.01,
                  seed: Optional[int] = None,
                  metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None,
-                 table_bytes: Optional[int] = None) -> None:
+                 table_bytes: Optional[int] = None, now: Optional[int] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
-        `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`).
-        `table_bytes` bounds each local table in bytes (32 MiB by default)."""
+        `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`,
+        `unknown_plan`). `table_bytes` bounds each local table in bytes (32 MiB by default).
+        `now` (Unix microseconds) is when the policy is loaded, by default the system clock's:
+        an override may expire at most 90 days after it."""
     def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
               peer: Optional[str], now: int, user: Optional[str] = None,
               tenant: Optional[str] = None,
@@ -127,14 +129,19 @@ class Engine:
              tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
         `shed`, no store call; a request no route matches passes."""
-    def reload(self, policy: str) -> int:
+    def reload(self, policy: str, now: Optional[int] = None) -> int:
         """Puts the document in force and returns its version; raises `StalePolicy` for a
         version not higher than the one in force, `InvalidPolicy` for an invalid document."""
     @property
     def policy_version(self) -> int: ...
     @property
     def store_timeout_us(self) -> int: ...
-    def render_metrics(self) -> str: ...
+    @property
+    def warnings(self) -> List[str]:
+        """What the policy in force holds that is legal but worth a log line."""
+    def render_metrics(self, now: Optional[int] = None) -> str:
+        """Overrides are counted active or expired at `now` (Unix microseconds; by default
+        the system clock's)."""
     def store_mode(self, mode: str) -> None: ...
     def tables(self) -> Dict[str, Tuple[int, int]]:
         """(entries, bytes) of "negative_cache", "chunks" and "fallback"."""

@@ -1,7 +1,7 @@
 //! Who the caller is: the request's headers as the engine reads them, and the address behind
 //! trusted proxies.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::policy::Identity;
 
@@ -82,6 +82,26 @@ pub fn client_ip(
     Some(client)
 }
 
+/// The caller's network as `${ip}` renders it (section 8.5): the address's first
+/// `ipv4_prefix` or `ipv6_prefix` bits in CIDR form (`203.0.113.0/24`, `2001:db8:0:1::/64`),
+/// and a full-length prefix as the bare address, which is the network it names (and the key
+/// `${ip}` gave before prefixes existed).
+pub fn network(identity: &Identity, ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) if identity.ipv4_prefix < 32 => {
+            let p = u32::from(identity.ipv4_prefix);
+            let mask = u32::MAX.checked_shl(32 - p).unwrap_or(0);
+            format!("{}/{p}", Ipv4Addr::from(u32::from(v4) & mask))
+        }
+        IpAddr::V6(v6) if identity.ipv6_prefix < 128 => {
+            let p = u32::from(identity.ipv6_prefix);
+            let mask = u128::MAX.checked_shl(128 - p).unwrap_or(0);
+            format!("{}/{p}", Ipv6Addr::from(u128::from(v6) & mask))
+        }
+        ip => ip.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +120,27 @@ mod tests {
 
     fn xff(value: &str) -> Vec<(&'static str, Vec<u8>)> {
         vec![("X-Forwarded-For", value.as_bytes().to_vec())]
+    }
+
+    #[test]
+    fn networks_are_rendered_in_cidr_form() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut id = identity(&[]);
+        assert_eq!(network(&id, ip("203.0.113.77")), "203.0.113.77");
+        assert_eq!(
+            network(&id, ip("2001:db8:0:1:aa:bb:cc:dd")),
+            "2001:db8:0:1::/64"
+        );
+        id.ipv4_prefix = 24;
+        id.ipv6_prefix = 48;
+        assert_eq!(network(&id, ip("203.0.113.77")), "203.0.113.0/24");
+        assert_eq!(network(&id, ip("2001:db8:7:1::dd")), "2001:db8:7::/48");
+        id.ipv4_prefix = 0;
+        id.ipv6_prefix = 0;
+        assert_eq!(network(&id, ip("203.0.113.77")), "0.0.0.0/0");
+        assert_eq!(network(&id, ip("2001:db8::1")), "::/0");
+        id.ipv6_prefix = 128;
+        assert_eq!(network(&id, ip("2001:db8::1")), "2001:db8::1");
     }
 
     #[test]

@@ -376,10 +376,29 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
         ip: Some(b"10.0.0.1"),
         route: Some(b"GET /catalog"),
         plan: Some(b"free"),
+        headers: None,
     };
     assert_eq!(t.render(&id), "{t:atlas}:read:17:10.0.0.1:GET /catalog");
     let by_plan = KeyTemplate::parse("{t:${tenant}}:${plan}").unwrap();
     assert_eq!(by_plan.render(&id), "{t:atlas}:free");
+    // `${header.NAME}`: the first value of the header, matched without case, escaped as the
+    // other identities; absent or empty, anonymous.
+    let by_key = KeyTemplate::parse("{k:${header.X-Api-Key}}:${header.x-client}").unwrap();
+    assert_eq!(by_key.hash_tag(), Some("k:${header.x-api-key}".into()));
+    let headers = vec![
+        ("x-api-key", "k{1}"),
+        ("X-API-KEY", "second"),
+        ("x-client", ""),
+    ];
+    let with = RequestIdentity {
+        headers: Some(&headers),
+        ..id
+    };
+    assert_eq!(by_key.render(&with), "{k:k%7B1%7D}:anonymous");
+    assert_eq!(by_key.render(&id), "{k:anonymous}:anonymous");
+    for bad in ["${header.}", "${header.a b}", "${header.é}"] {
+        assert!(KeyTemplate::parse(bad).is_err(), "{bad}");
+    }
     assert_eq!(
         t.render(&RequestIdentity::default()),
         "{t:anonymous}:read:anonymous:anonymous:anonymous"

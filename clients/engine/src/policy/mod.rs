@@ -88,7 +88,7 @@ pub struct Policy {
 }
 
 /// Where a request's identity comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// Header naming the user, if the policy keys anything by user.
     pub user: Option<String>,
@@ -96,6 +96,10 @@ pub struct Identity {
     /// Header naming the caller's plan (section 8.1).
     pub plan: Option<String>,
     pub trusted_proxies: Vec<IpNet>,
+    /// `${ip}` is the caller's network of these many bits (section 8.5): 32 and 64 unless the
+    /// policy says otherwise, since one IPv6 host owns a /64.
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
 }
 
 impl Identity {
@@ -212,6 +216,8 @@ pub struct Route {
     name: String,
     /// Whether a key of the route takes `${ip}` (the address is rendered only then).
     uses_ip: bool,
+    /// The headers its keys take (`${header.NAME}`), each once.
+    headers: Vec<String>,
 }
 
 impl Route {
@@ -223,6 +229,12 @@ impl Route {
     ) -> Route {
         let name = format!("{method} {path}");
         let uses_ip = rules.iter().any(|r| r.key.uses(Var::Ip));
+        let mut headers: Vec<String> = Vec::new();
+        for name in rules.iter().flat_map(|r| r.key.headers()) {
+            if !headers.iter().any(|h| h == name) {
+                headers.push(name.to_string());
+            }
+        }
         Route {
             method,
             path,
@@ -230,6 +242,7 @@ impl Route {
             on_store_error,
             name,
             uses_ip,
+            headers,
         }
     }
 
@@ -240,6 +253,11 @@ impl Route {
 
     pub fn uses_ip(&self) -> bool {
         self.uses_ip
+    }
+
+    /// The headers the route's keys take (`${header.NAME}`), names in lower case.
+    pub fn key_headers(&self) -> &[String] {
+        &self.headers
     }
 }
 

@@ -1,7 +1,9 @@
-//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}`, `${plan}` rendered for one
-//! request.
+//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}`, `${plan}` and
+//! `${header.NAME}` rendered for one request.
 
 use std::fmt::Write as _;
+
+use crate::identity::Headers;
 
 // ---- Key templates ----
 
@@ -18,6 +20,8 @@ pub enum Var {
 enum Part {
     Text(String),
     Var(Var),
+    /// `${header.NAME}`: the first value of that request header (the name in lower case).
+    Header(String),
 }
 
 /// A key with `${user}`, `${tenant}`, `${ip}`, `${route}` placeholders.
@@ -30,13 +34,15 @@ pub struct KeyTemplate {
 /// What a request contributes to its keys, as the bytes received (identities are bytes: a
 /// value that is not UTF-8 is an identity of its own); a missing or empty part renders as
 /// `anonymous`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct RequestIdentity<'a> {
     pub user: Option<&'a [u8]>,
     pub tenant: Option<&'a [u8]>,
     pub ip: Option<&'a [u8]>,
     pub route: Option<&'a [u8]>,
     pub plan: Option<&'a [u8]>,
+    /// The request's headers, for `${header.NAME}`.
+    pub headers: Option<&'a dyn Headers>,
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -57,6 +63,18 @@ impl KeyTemplate {
                 .get(2..)
                 .and_then(|a| a.split_once('}'))
                 .ok_or_else(|| format!("unclosed '${{' in '{source}'"))?;
+            if let Some(header) = name.strip_prefix("header.") {
+                // A header name is an HTTP token; matched without case, as HTTP does.
+                let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+                if header.is_empty() || !header.bytes().all(token) {
+                    return Err(format!(
+                        "'${{{name}}}' does not name a header (letters, digits and -)"
+                    ));
+                }
+                parts.push(Part::Header(header.to_ascii_lowercase()));
+                rest = tail;
+                continue;
+            }
             parts.push(Part::Var(match name {
                 "user" => Var::User,
                 "tenant" => Var::Tenant,
@@ -65,7 +83,7 @@ impl KeyTemplate {
                 "plan" => Var::Plan,
                 _ => {
                     return Err(format!(
-                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route, plan)"
+                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route, plan, header.NAME)"
                     ))
                 }
             }));
@@ -83,6 +101,14 @@ impl KeyTemplate {
     /// Whether the template takes this variable.
     pub fn uses(&self, var: Var) -> bool {
         self.parts.contains(&Part::Var(var))
+    }
+
+    /// The headers the template takes (`${header.NAME}`), names in lower case.
+    pub fn headers(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Header(name) => Some(name.as_str()),
+            _ => None,
+        })
     }
 
     pub fn source(&self) -> &str {
@@ -111,6 +137,9 @@ impl KeyTemplate {
                     }
                     acc.push_str(t);
                 }
+                (Part::Header(name), Some(acc)) => {
+                    let _ = write!(acc, "${{header.{name}}}");
+                }
                 (Part::Var(v), Some(acc)) => {
                     acc.push_str(match v {
                         Var::User => "${user}",
@@ -120,7 +149,7 @@ impl KeyTemplate {
                         Var::Plan => "${plan}",
                     });
                 }
-                (Part::Var(_), None) => {}
+                (Part::Var(_) | Part::Header(_), None) => {}
             }
         }
         None
@@ -135,13 +164,15 @@ impl KeyTemplate {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Var(v) => {
-                    let value = match v {
-                        Var::User => id.user,
-                        Var::Tenant => id.tenant,
-                        Var::Ip => id.ip,
-                        Var::Route => id.route,
-                        Var::Plan => id.plan,
+                Part::Var(_) | Part::Header(_) => {
+                    let value = match part {
+                        Part::Var(Var::User) => id.user,
+                        Part::Var(Var::Tenant) => id.tenant,
+                        Part::Var(Var::Ip) => id.ip,
+                        Part::Var(Var::Route) => id.route,
+                        Part::Var(Var::Plan) => id.plan,
+                        Part::Header(name) => id.headers.and_then(|h| h.first(name)),
+                        Part::Text(_) => None,
                     }
                     .filter(|s| !s.is_empty())
                     .unwrap_or(ANONYMOUS.as_bytes());

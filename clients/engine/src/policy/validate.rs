@@ -56,6 +56,8 @@ struct RawIdentity {
     plan: Option<String>,
     #[serde(default)]
     trusted_proxies: Vec<String>,
+    ipv4_prefix: Option<u64>,
+    ipv6_prefix: Option<u64>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -175,7 +177,18 @@ impl RawPolicy {
                 "names a plan header, but the policy has no plans",
             ));
         }
+        let prefix = |field: &str, given: Option<u64>, bits: u8, default: u8| match given {
+            None => Ok(default),
+            Some(p) => u8::try_from(p).ok().filter(|p| *p <= bits).ok_or_else(|| {
+                invalid(
+                    format!("identity.{field}"),
+                    format!("must be in the range [0, {bits}] (got {p})"),
+                )
+            }),
+        };
         let identity = Identity {
+            ipv4_prefix: prefix("ipv4_prefix", self.identity.ipv4_prefix, 32, 32)?,
+            ipv6_prefix: prefix("ipv6_prefix", self.identity.ipv6_prefix, 128, 64)?,
             user: self.identity.user,
             tenant: self.identity.tenant,
             plan: self.identity.plan,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::verdict::{Ctx, Keyed, Outcomes};
 use super::{lock, Answer, Call, Request, Shared, Step, IDEMPOTENCY_KEY};
 use crate::breaker::{Pass, Ticket};
-use crate::identity::client_ip;
+use crate::identity::{client_ip, network};
 use crate::metrics::{CallResult, Event};
 use crate::policy::RequestIdentity;
 use crate::time::Instant;
@@ -162,8 +162,10 @@ impl Pending {
             .map(str::as_bytes)
             .or_else(|| header(policy.identity.tenant.as_deref()));
         // An identity longer than any real one is a caller's attempt to grow the tables.
+        let keyed_headers = route.key_headers().iter().map(|name| header(Some(name)));
         if [user, tenant]
-            .iter()
+            .into_iter()
+            .chain(keyed_headers)
             .flatten()
             .any(|v| v.len() > MAX_IDENTITY)
         {
@@ -185,13 +187,14 @@ impl Pending {
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))
             .flatten()
-            .map(|ip| ip.to_string());
+            .map(|ip| network(&policy.identity, ip));
         let id = RequestIdentity {
             user,
             tenant,
             ip: ip.as_deref().map(str::as_bytes),
             route: Some(route.name().as_bytes()),
             plan: plan_name,
+            headers: Some(request.headers),
         };
         // Each rule with the caller's numbers: an override's, its plan's, or its own.
         let keyed: Vec<Keyed> = route

@@ -37,6 +37,8 @@ pub enum Outcome {
     /// The gateway shed the request for its own overload (its driver said so): answered 503,
     /// and the store is not blamed.
     Shed,
+    /// An exempt route's request (`"rules": []`), counted with an empty rule.
+    Exempt,
 }
 
 impl Outcome {
@@ -53,6 +55,7 @@ impl Outcome {
             Outcome::UnreplicatedAdmit => "unreplicated_admit",
             Outcome::Error => "error",
             Outcome::Shed => "shed",
+            Outcome::Exempt => "exempt",
         }
     }
 }

@@ -81,6 +81,34 @@ pub fn identity_too_long() -> Problem {
     }
 }
 
+/// 414: a path segment a key takes is longer than 256 bytes.
+pub fn segment_too_long() -> Problem {
+    Problem {
+        status: 414,
+        body: json!({
+            "type": "about:blank",
+            "title": "URI Too Long",
+            "status": 414,
+            "detail": "A path segment the rate limit keys by is longer than 256 bytes.",
+        })
+        .to_string(),
+    }
+}
+
+/// 400: a path that climbs above the root.
+pub fn above_root() -> Problem {
+    Problem {
+        status: 400,
+        body: json!({
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "detail": "The request path climbs above the root ('..').",
+        })
+        .to_string(),
+    }
+}
+
 /// 500: the module refused a store call. The deployment's bug, not the caller's: the body
 /// says so without the store's text (which may name keys, and so identities).
 pub fn store_refused(_error: &str) -> Problem {

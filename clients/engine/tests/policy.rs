@@ -4,7 +4,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rl_core::rule::Algo;
-use rl_engine::policy::{OnStoreError, Policy, PolicyError, RequestIdentity, RuleKind};
+use rl_engine::policy::{OnStoreError, Policy, PolicyError, RequestIdentity, Routed, RuleKind};
 use rl_engine::{Engine, Options};
 use serde_json::{json, Value};
 
@@ -99,7 +99,11 @@ fn the_contract_example_loads_with_every_field_typed() {
     };
     assert_eq!((s.concurrency, s.lease), (3, Duration::from_secs(60)));
 
-    let catalog = p.route("get", "/catalog", false).expect("route");
+    let route = |method: &str, path: &str| match p.route(method, path, false) {
+        Routed::Route { route, .. } => Some(Arc::clone(route)),
+        _ => None,
+    };
+    let catalog = route("get", "/catalog").expect("route");
     assert_eq!(catalog.name(), "GET /catalog");
     let names: Vec<&str> = catalog.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["read", "tenant", "global"]);
@@ -111,11 +115,10 @@ fn the_contract_example_loads_with_every_field_typed() {
         (10, 1_000_000, 10)
     );
     assert_eq!(
-        p.route("POST", "/checkout", false)
-            .map(|r| r.on_store_error),
+        route("POST", "/checkout").map(|r| r.on_store_error),
         Some(OnStoreError::Deny)
     );
-    assert!(p.route("GET", "/checkout", false).is_none());
+    assert!(route("GET", "/checkout").is_none());
 
     assert_eq!(p.negative_cache.max, Duration::from_millis(250));
     assert_eq!(p.negative_cache.entries, 100_000);
@@ -377,6 +380,7 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
         route: Some(b"GET /catalog"),
         plan: Some(b"free"),
         headers: None,
+        path: &[],
     };
     assert_eq!(t.render(&id), "{t:atlas}:read:17:10.0.0.1:GET /catalog");
     let by_plan = KeyTemplate::parse("{t:${tenant}}:${plan}").unwrap();

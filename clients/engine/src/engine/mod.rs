@@ -31,7 +31,7 @@ use crate::cache::NegativeCache;
 use crate::fallback::Fallback;
 use crate::identity::Headers;
 use crate::metrics::Metrics;
-use crate::policy::{Policy, PolicyError};
+use crate::policy::{Policy, PolicyError, Routed};
 use crate::rng::Rng;
 use crate::table::{Table, TableUse};
 use crate::time::Instant;
@@ -244,8 +244,10 @@ impl Engine {
     pub fn shed(&self, request: &Request<'_>) -> Verdict {
         let policy = self.shared.policy.load_full();
         match policy.route(request.method, request.path, request.case_insensitive) {
-            Some(route) => self.shared.shed(&policy, route),
-            None => Verdict::pass(policy.version),
+            Routed::Route { route, .. } if route.exempt() => self.shared.exempt(&policy, route),
+            Routed::Route { route, .. } => self.shared.shed(&policy, route),
+            Routed::Unmatched => Verdict::pass(policy.version),
+            Routed::AboveRoot => Verdict::above_root(policy.version),
         }
     }
 

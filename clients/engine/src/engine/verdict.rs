@@ -83,6 +83,28 @@ impl Verdict {
 
     /// The request goes on untouched: no route, no headers (what a driver answers for a
     /// request it no longer has the state of).
+    /// 414: a path segment a key takes (`${path.NAME}`) is over 256 bytes.
+    pub(crate) fn segment_too_long(policy_version: u64, route: &str) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Reject,
+            status: Some(414),
+            problem: Some(problem::segment_too_long()),
+            route: Some(route.to_string()),
+            ..Verdict::pass(policy_version)
+        }
+    }
+
+    /// 400: a path that climbs above the root (`/../x`) names no resource; matching it to a
+    /// route would let `..` pick which route's rules apply.
+    pub(crate) fn above_root(policy_version: u64) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Reject,
+            status: Some(400),
+            problem: Some(problem::above_root()),
+            ..Verdict::pass(policy_version)
+        }
+    }
+
     pub fn pass(policy_version: u64) -> Verdict {
         Verdict {
             kind: VerdictKind::Admit,
@@ -248,6 +270,21 @@ impl Shared {
             problem: Some(problem::store_refused(&error.to_string())),
             log,
             ..ctx.base(VerdictKind::Error, Outcome::Error)
+        }
+    }
+
+    /// An exempt route's request (`"rules": []`): it passes, counted `exempt`, with no
+    /// headers (there is no limit to tell).
+    pub(crate) fn exempt(&self, policy: &Policy, route: &Route) -> Verdict {
+        self.metrics.record(Event::Decision {
+            route: route.name(),
+            rule: "",
+            outcome: Outcome::Exempt,
+        });
+        Verdict {
+            outcome: Some(Outcome::Exempt),
+            route: Some(route.name().to_string()),
+            ..Verdict::pass(policy.version)
         }
     }
 

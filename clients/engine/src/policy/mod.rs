@@ -6,10 +6,13 @@
 //! reading the error has the file open, not this code.
 
 mod plans;
+mod routes;
 mod template;
 mod validate;
+mod validate_route;
 
 pub use plans::{Override, Overrides, Plans, Resolved, MAX_OVERRIDE};
+pub use routes::{Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
 use validate::RawPolicy;
 
@@ -72,6 +75,8 @@ pub struct Policy {
     pub identity: Identity,
     pub rules: BTreeMap<String, Arc<RuleSpec>>,
     pub routes: Vec<Arc<Route>>,
+    /// The routes' templates in one tree.
+    pub router: Router,
     /// The callers' plans (section 8.1), when the policy has any.
     pub plans: Option<Plans>,
     pub overrides: Overrides,
@@ -205,14 +210,17 @@ impl RuleSpec {
     }
 }
 
-/// One route: a method and an exact path, its rules in policy order, and its posture.
+/// One route: its methods and path template, its rules in policy order (none: exempt), and
+/// its posture.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
-    pub method: String,
+    pub methods: Methods,
+    /// The path as written.
     pub path: String,
+    pub template: PathTemplate,
     pub rules: Vec<Arc<RuleSpec>>,
     pub on_store_error: OnStoreError,
-    /// `<METHOD> <path>`, made once at load rather than per request.
+    /// Its `name`, else `<METHOD> <path>` as written: what metrics, logs and `${route}` call it.
     name: String,
     /// Whether a key of the route takes `${ip}` (the address is rendered only then).
     uses_ip: bool,
@@ -222,12 +230,14 @@ pub struct Route {
 
 impl Route {
     pub fn new(
-        method: String,
+        methods: Methods,
         path: String,
+        template: PathTemplate,
+        name: Option<String>,
         rules: Vec<Arc<RuleSpec>>,
         on_store_error: OnStoreError,
     ) -> Route {
-        let name = format!("{method} {path}");
+        let name = name.unwrap_or_else(|| format!("{} {path}", methods.text()));
         let uses_ip = rules.iter().any(|r| r.key.uses(Var::Ip));
         let mut headers: Vec<String> = Vec::new();
         for name in rules.iter().flat_map(|r| r.key.headers()) {
@@ -236,14 +246,20 @@ impl Route {
             }
         }
         Route {
-            method,
+            methods,
             path,
+            template,
             rules,
             on_store_error,
             name,
             uses_ip,
             headers,
         }
+    }
+
+    /// `"rules": []`: deliberately unlimited, counted `exempt`.
+    pub fn exempt(&self) -> bool {
+        self.rules.is_empty()
     }
 
     /// The route's name in metrics and logs: `GET /catalog`.
@@ -340,31 +356,50 @@ impl Policy {
     }
 
     /// The route for a request, matched the way the backend routes, so that no variant of a
-    /// request skips its route's rules: the method without case, the path exactly (without
-    /// case when `case_sensitive` is false or the framework routes so, `any_case`); then,
-    /// unless `strict_slash`, the path without its trailing slash; and a `HEAD` no route names
-    /// is decided as the `GET` the framework runs for it.
-    pub fn route(&self, method: &str, path: &str, any_case: bool) -> Option<&Arc<Route>> {
-        let exact = self.case_sensitive && !any_case;
-        let find = |method: &str, path: &str| {
-            self.routes.iter().find(|r| {
-                r.method.eq_ignore_ascii_case(method)
-                    && if exact {
-                        r.path == path
-                    } else {
-                        r.path.eq_ignore_ascii_case(path)
-                    }
-            })
+    /// request skips its route's rules: the method without case; the path without its query,
+    /// dot segments and repeated slashes, exactly (without case when `case_sensitive` is false
+    /// or the framework routes so, `any_case`), a trailing slash ignored unless
+    /// `strict_slash`; and a `HEAD` no route names is decided as the `GET` the framework runs
+    /// for it.
+    pub fn route<'p, 'r>(&'p self, method: &str, path: &'r str, any_case: bool) -> Routed<'p, 'r> {
+        let Some(path) = NormalPath::of(path) else {
+            return Routed::AboveRoot;
         };
-        let bare = path
-            .strip_suffix('/')
-            .filter(|p| !self.strict_slash && !p.is_empty());
-        let either = |method: &str| find(method, path).or_else(|| find(method, bare?));
-        either(method).or_else(|| {
+        let found = self.router.find(method, &path, any_case).or_else(|| {
             method
                 .eq_ignore_ascii_case("HEAD")
-                .then(|| either("GET"))
+                .then(|| self.router.find("GET", &path, any_case))
                 .flatten()
-        })
+        });
+        match found.and_then(|i| self.routes.get(i)) {
+            Some(route) => Routed::Route {
+                captures: routes::captures(&route.template, &path),
+                route,
+                path,
+            },
+            None => Routed::Unmatched,
+        }
+    }
+}
+
+/// Where a request goes.
+pub enum Routed<'p, 'r> {
+    Route {
+        route: &'p Arc<Route>,
+        /// `{name}` captures with the request's segments.
+        captures: Vec<(&'p str, &'r str)>,
+        /// The path as matched, which a proxy forwards.
+        path: NormalPath<'r>,
+    },
+    /// No route matches: the request passes.
+    Unmatched,
+    /// The path climbs above the root (`/..`): answered 400.
+    AboveRoot,
+}
+
+impl Routed<'_, '_> {
+    /// Whether a route decides the request (the application's caller lookup runs only then).
+    pub fn is_route(&self) -> bool {
+        matches!(self, Routed::Route { .. })
     }
 }

@@ -1,5 +1,5 @@
-//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}`, `${plan}` and
-//! `${header.NAME}` rendered for one request.
+//! Key templates: `${user}`, `${tenant}`, `${ip}`, `${route}`, `${plan}`, `${header.NAME}`
+//! and `${path.NAME}` rendered for one request.
 
 use std::fmt::Write as _;
 
@@ -22,6 +22,8 @@ enum Part {
     Var(Var),
     /// `${header.NAME}`: the first value of that request header (the name in lower case).
     Header(String),
+    /// `${path.NAME}`: the path segment the route's `{NAME}` captured.
+    Path(String),
 }
 
 /// A key with `${user}`, `${tenant}`, `${ip}`, `${route}` placeholders.
@@ -43,6 +45,8 @@ pub struct RequestIdentity<'a> {
     pub plan: Option<&'a [u8]>,
     /// The request's headers, for `${header.NAME}`.
     pub headers: Option<&'a dyn Headers>,
+    /// The route's captures, for `${path.NAME}`.
+    pub path: &'a [(&'a str, &'a str)],
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -75,6 +79,20 @@ impl KeyTemplate {
                 rest = tail;
                 continue;
             }
+            if let Some(capture) = name.strip_prefix("path.") {
+                if capture.is_empty()
+                    || !capture
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    return Err(format!(
+                        "'${{{name}}}' does not name a capture (letters, digits and _)"
+                    ));
+                }
+                parts.push(Part::Path(capture.to_string()));
+                rest = tail;
+                continue;
+            }
             parts.push(Part::Var(match name {
                 "user" => Var::User,
                 "tenant" => Var::Tenant,
@@ -83,7 +101,7 @@ impl KeyTemplate {
                 "plan" => Var::Plan,
                 _ => {
                     return Err(format!(
-                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route, plan, header.NAME)"
+                        "unknown variable '${{{name}}}' (known: user, tenant, ip, route, plan, header.NAME, path.NAME)"
                     ))
                 }
             }));
@@ -101,6 +119,14 @@ impl KeyTemplate {
     /// Whether the template takes this variable.
     pub fn uses(&self, var: Var) -> bool {
         self.parts.contains(&Part::Var(var))
+    }
+
+    /// The captures the template takes (`${path.NAME}`).
+    pub fn captures(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Path(name) => Some(name.as_str()),
+            _ => None,
+        })
     }
 
     /// The headers the template takes (`${header.NAME}`), names in lower case.
@@ -140,6 +166,9 @@ impl KeyTemplate {
                 (Part::Header(name), Some(acc)) => {
                     let _ = write!(acc, "${{header.{name}}}");
                 }
+                (Part::Path(name), Some(acc)) => {
+                    let _ = write!(acc, "${{path.{name}}}");
+                }
                 (Part::Var(v), Some(acc)) => {
                     acc.push_str(match v {
                         Var::User => "${user}",
@@ -149,7 +178,7 @@ impl KeyTemplate {
                         Var::Plan => "${plan}",
                     });
                 }
-                (Part::Var(_) | Part::Header(_), None) => {}
+                (Part::Var(_) | Part::Header(_) | Part::Path(_), None) => {}
             }
         }
         None
@@ -164,7 +193,7 @@ impl KeyTemplate {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Var(_) | Part::Header(_) => {
+                Part::Var(_) | Part::Header(_) | Part::Path(_) => {
                     let value = match part {
                         Part::Var(Var::User) => id.user,
                         Part::Var(Var::Tenant) => id.tenant,
@@ -172,6 +201,11 @@ impl KeyTemplate {
                         Part::Var(Var::Route) => id.route,
                         Part::Var(Var::Plan) => id.plan,
                         Part::Header(name) => id.headers.and_then(|h| h.first(name)),
+                        Part::Path(name) => id
+                            .path
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map(|(_, v)| v.as_bytes()),
                         Part::Text(_) => None,
                     }
                     .filter(|s| !s.is_empty())

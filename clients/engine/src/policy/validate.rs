@@ -13,9 +13,10 @@ use rl_core::rule::{
 use serde::Deserialize;
 
 use super::plans::{validate_overrides, RawOverride, RawPlans};
+use super::validate_route::RawRoute;
 use super::{
-    invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, OnStoreError, Policy,
-    PolicyError, RateSpec, Route, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
+    invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy, PolicyError,
+    RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
 };
 use crate::time::Instant;
 
@@ -85,24 +86,6 @@ struct RawGrant {
     ttl: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRoute {
-    method: String,
-    path: String,
-    rules: Vec<String>,
-    on_store_error: Option<RawOnStoreError>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawOnStoreError {
-    mode: String,
-    limit: Option<u64>,
-    period: Option<String>,
-    burst: Option<u64>,
-}
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawNegativeCache {
@@ -134,7 +117,7 @@ const DEFAULT_OPEN: Duration = Duration::from_secs(1);
 const DEFAULT_RAMP: Duration = Duration::from_secs(10);
 
 /// A duration exactly as the module parses it, so a policy unit means what a command unit means.
-fn duration(
+pub(super) fn duration(
     path: &str,
     text: &str,
     max_us: u64,
@@ -147,7 +130,7 @@ fn duration(
 
 /// The core's error text without its `ERR <arg> ` prefix, which names a command argument
 /// rather than the policy field the path already names.
-fn core_message(e: &rl_core::error::Error) -> String {
+pub(super) fn core_message(e: &rl_core::error::Error) -> String {
     let text = e.to_string();
     let text = text.strip_prefix("ERR ").unwrap_or(&text);
     for arg in ["duration ", "limit ", "period ", "BURST ", "COST "] {
@@ -225,21 +208,28 @@ impl RawPolicy {
         let mut warnings = Vec::new();
         let overrides =
             validate_overrides(self.overrides, &self.rules, &rules, loaded, &mut warnings)?;
-        let mut seen: HashMap<(String, String), usize> = HashMap::new();
-        let mut routes = Vec::with_capacity(self.routes.len());
+        let mut router = Router::new(self.case_sensitive, self.strict_slash);
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut routes: Vec<Arc<Route>> = Vec::with_capacity(self.routes.len());
         for (i, raw) in self.routes.into_iter().enumerate() {
             let route = raw.validate(&format!("routes[{i}]"), &rules)?;
             // Two routes one request could match are one route written twice.
-            let path = if self.case_sensitive {
-                route.path.clone()
-            } else {
-                route.path.to_ascii_lowercase()
-            };
-            let id = (route.method.clone(), path);
-            if let Some(first) = seen.insert(id, i) {
+            if let Err(first) = router.insert(&route.template, &route.methods, i) {
+                let other = routes.get(first).map(|r| r.name()).unwrap_or_default();
+                let message = if other == route.name() {
+                    format!("duplicate route {other} (also routes[{first}])")
+                } else {
+                    format!(
+                        "route {} matches the requests of routes[{first}] ({other}): the same path shape and a method in common",
+                        route.name()
+                    )
+                };
+                return Err(invalid(format!("routes[{i}]"), message));
+            }
+            if let Some(first) = names.insert(route.name().to_string(), i) {
                 return Err(invalid(
-                    format!("routes[{i}]"),
-                    format!("duplicate route {} (also routes[{first}])", route.name()),
+                    format!("routes[{i}].name"),
+                    format!("'{}' is also the name of routes[{first}]", route.name()),
                 ));
             }
             routes.push(Arc::new(route));
@@ -292,6 +282,7 @@ impl RawPolicy {
             identity,
             rules,
             routes,
+            router,
             plans,
             overrides,
             warnings,
@@ -416,153 +407,5 @@ impl RawRule {
             shadow: self.shadow.unwrap_or(false),
             durable: self.durable.unwrap_or(false),
         })
-    }
-}
-
-impl RawRoute {
-    fn validate(
-        self,
-        path: &str,
-        rules: &BTreeMap<String, Arc<RuleSpec>>,
-    ) -> Result<Route, PolicyError> {
-        if self.method.is_empty() || !self.method.bytes().all(|b| b.is_ascii_alphabetic()) {
-            return Err(invalid(
-                format!("{path}.method"),
-                "must be an HTTP method such as GET",
-            ));
-        }
-        if !self.path.starts_with('/') {
-            return Err(invalid(format!("{path}.path"), "must start with '/'"));
-        }
-        if self.rules.is_empty() {
-            return Err(invalid(
-                format!("{path}.rules"),
-                "a route needs at least one rule",
-            ));
-        }
-        let mut specs: Vec<Arc<RuleSpec>> = Vec::with_capacity(self.rules.len());
-        for (i, name) in self.rules.iter().enumerate() {
-            let spec = rules.get(name).ok_or_else(|| {
-                invalid(
-                    format!("{path}.rules[{i}]"),
-                    format!("unknown rule '{name}'"),
-                )
-            })?;
-            if specs.iter().any(|s| s.name == *name) {
-                return Err(invalid(
-                    format!("{path}.rules[{i}]"),
-                    format!("rule '{name}' given twice"),
-                ));
-            }
-            specs.push(Arc::clone(spec));
-        }
-        let multi: Vec<&RuleSpec> = specs
-            .iter()
-            .map(AsRef::as_ref)
-            .filter(|s| s.in_multi())
-            .collect();
-        // Every pair: one hash tag for all, and no key twice (RL.MULTI refuses a repeated key).
-        let pairs = multi
-            .iter()
-            .enumerate()
-            .flat_map(|(i, a)| multi.iter().skip(i + 1).map(move |b| (*a, *b)));
-        for (first, other) in pairs {
-            let (a, b) = (first.key.hash_tag(), other.key.hash_tag());
-            if a.is_none() || a != b {
-                return Err(invalid(
-                    format!("{path}.rules"),
-                    format!(
-                        "rules '{}' and '{}' go in one RL.MULTI, so their keys must share a hash tag (a '{{...}}' part written the same in both)",
-                        first.name, other.name
-                    ),
-                ));
-            }
-            if first.key == other.key {
-                return Err(invalid(
-                    format!("{path}.rules"),
-                    format!(
-                        "rules '{}' and '{}' have the same key",
-                        first.name, other.name
-                    ),
-                ));
-            }
-        }
-        let at = |field: &str| format!("{path}.on_store_error.{field}");
-        let on_store_error = match self.on_store_error {
-            None => OnStoreError::Deny,
-            Some(raw) => match raw.mode.as_str() {
-                "deny" | "allow" => {
-                    if let Some(field) = [
-                        ("limit", raw.limit.is_some()),
-                        ("period", raw.period.is_some()),
-                        ("burst", raw.burst.is_some()),
-                    ]
-                    .iter()
-                    .find_map(|(f, given)| given.then_some(*f))
-                    {
-                        return Err(invalid(
-                            at(field),
-                            "only a fallback takes a limit, period or burst",
-                        ));
-                    }
-                    if raw.mode == "deny" {
-                        OnStoreError::Deny
-                    } else {
-                        OnStoreError::Allow
-                    }
-                }
-                "fallback" => {
-                    let limit = raw
-                        .limit
-                        .ok_or_else(|| invalid(at("limit"), "a fallback needs a limit"))?;
-                    let period_text = raw
-                        .period
-                        .ok_or_else(|| invalid(at("period"), "a fallback needs a period"))?;
-                    let period =
-                        duration(&at("period"), &period_text, MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
-                    let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
-                    let rule = Rule::new(Algo::Gcra, limit, period_us, raw.burst).map_err(|e| {
-                        let field = match &e {
-                            rl_core::error::Error::OutOfRange { arg: "limit", .. } => "limit",
-                            _ => "burst",
-                        };
-                        invalid(at(field), core_message(&e))
-                    })?;
-                    // The fallback counts the route's first rule's cost: one it could never admit
-                    // would turn an outage into refusing every request.
-                    if let Some(RuleKind::Rate(r)) = specs.first().map(|s| &s.kind) {
-                        if check_cost(r.cost, &rule).is_err() {
-                            // The capacity is the burst when given, else the limit: name that one.
-                            let field = if raw.burst.is_some() {
-                                "burst"
-                            } else {
-                                "limit"
-                            };
-                            return Err(invalid(
-                                at(field),
-                                format!(
-                                    "the route's first rule costs {}, more than the fallback's capacity {}",
-                                    r.cost,
-                                    rule.burst()
-                                ),
-                            ));
-                        }
-                    }
-                    OnStoreError::Fallback(rule)
-                }
-                other => {
-                    return Err(invalid(
-                        at("mode"),
-                        format!("must be deny, fallback or allow (got '{other}')"),
-                    ))
-                }
-            },
-        };
-        Ok(Route::new(
-            self.method.to_ascii_uppercase(),
-            self.path,
-            specs,
-            on_store_error,
-        ))
     }
 }

@@ -146,7 +146,7 @@ impl Engine {
         self.engine
             .policy()
             .route(&method, &path, case_insensitive.unwrap_or(false))
-            .is_some()
+            .is_route()
     }
 
     #[napi]

@@ -121,7 +121,7 @@ where
             let routed = identify.is_some() && {
                 let policy = gateway.policy();
                 let route = policy.route(request.method().as_str(), request.uri().path(), false);
-                route.is_some()
+                route.is_route()
             };
             let caller = match &identify {
                 Some(identify) if routed => identify(&request).await,

@@ -17,7 +17,7 @@ use super::{lock, Answer, Call, Request, Shared, Step, IDEMPOTENCY_KEY};
 use crate::breaker::{Pass, Ticket};
 use crate::identity::{client_ip, network};
 use crate::metrics::{CallResult, Event};
-use crate::policy::RequestIdentity;
+use crate::policy::{RequestIdentity, Routed};
 use crate::time::Instant;
 use crate::wire::{command, reply};
 use crate::wire::{Error, Reply};
@@ -143,12 +143,24 @@ impl Pending {
             ctx: None,
             shared,
         };
-        let Some(route) = policy.route(request.method, request.path, request.case_insensitive)
-        else {
-            let verdict = super::Verdict::pass(policy.version);
+        let (route, captures) =
+            match policy.route(request.method, request.path, request.case_insensitive) {
+                Routed::Route {
+                    route, captures, ..
+                } => (Arc::clone(route), captures),
+                Routed::Unmatched => {
+                    let verdict = super::Verdict::pass(policy.version);
+                    return (pending, Step::Done(verdict));
+                }
+                Routed::AboveRoot => {
+                    let verdict = super::Verdict::above_root(policy.version);
+                    return (pending, Step::Done(verdict));
+                }
+            };
+        if route.exempt() {
+            let verdict = pending.shared.exempt(&policy, &route);
             return (pending, Step::Done(verdict));
-        };
-        let route = Arc::clone(route);
+        }
         let header = |name: Option<&str>| -> Option<&[u8]> {
             request.headers.first(name?).filter(|v| !v.is_empty())
         };
@@ -170,6 +182,10 @@ impl Pending {
             .any(|v| v.len() > MAX_IDENTITY)
         {
             let verdict = super::Verdict::identity_too_long(policy.version, route.name());
+            return (pending, Step::Done(verdict));
+        }
+        if captures.iter().any(|(_, v)| v.len() > MAX_IDENTITY) {
+            let verdict = super::Verdict::segment_too_long(policy.version, route.name());
             return (pending, Step::Done(verdict));
         }
         // The caller's plan (a plan header naming no plan is ignored, and counted).
@@ -195,6 +211,7 @@ impl Pending {
             route: Some(route.name().as_bytes()),
             plan: plan_name,
             headers: Some(request.headers),
+            path: &captures,
         };
         // Each rule with the caller's numbers: an override's, its plan's, or its own.
         let keyed: Vec<Keyed> = route

@@ -11,7 +11,7 @@ mod template;
 mod validate;
 mod validate_route;
 
-pub use plans::{Override, Overrides, Plans, Resolved, MAX_OVERRIDE};
+pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
 pub use routes::{Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
 use validate::RawPolicy;
@@ -336,19 +336,18 @@ impl Policy {
     }
 
     /// The rule as it applies to one caller at `now`: the override for its tenant and user,
-    /// else for its tenant, else its plan's numbers, else the rule as written.
+    /// else for its tenant (`overrides`: the tenant's, from `self.overrides.of`), else its
+    /// plan's numbers, else the rule as written.
     pub fn effective<'a>(
         &'a self,
         rule: &'a Arc<RuleSpec>,
         plan: Option<usize>,
-        tenant: Option<&[u8]>,
+        overrides: &TenantOverrides<'a>,
         user: Option<&[u8]>,
         now: Instant,
     ) -> &'a Arc<RuleSpec> {
-        if !self.overrides.is_empty() {
-            if let Some(o) = self.overrides.find(tenant, user, &rule.name, now) {
-                return &o.spec;
-            }
+        if let Some(o) = overrides.find(user, &rule.name, now) {
+            return &o.spec;
         }
         plan.zip(self.plans.as_ref())
             .and_then(|(p, plans)| plans.rule(p, &rule.name))

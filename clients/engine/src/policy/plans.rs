@@ -61,8 +61,9 @@ pub struct Plans {
     names: Vec<String>,
     default: usize,
     tenants: HashMap<Vec<u8>, usize>,
-    /// For each plan, the rules it changes, whole.
-    rules: Vec<HashMap<String, Arc<RuleSpec>>>,
+    /// For each plan, the rules it changes, whole: a few per plan, so a scan of short names
+    /// is cheaper than hashing one per rule of every request.
+    rules: Vec<Vec<Arc<RuleSpec>>>,
 }
 
 /// How a caller's plan was found.
@@ -98,7 +99,7 @@ impl Plans {
 
     /// The rule as the plan gives it, when the plan changes it.
     pub fn rule(&self, plan: usize, rule: &str) -> Option<&Arc<RuleSpec>> {
-        self.rules.get(plan)?.get(rule)
+        self.rules.get(plan)?.iter().find(|r| r.name == rule)
     }
 }
 
@@ -128,18 +129,37 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    /// The override in force for a caller's rule at `now`: the tenant and user's, else the
-    /// tenant's.
-    pub fn find(
-        &self,
-        tenant: Option<&[u8]>,
-        user: Option<&[u8]>,
-        rule: &str,
-        now: Instant,
-    ) -> Option<&Override> {
-        let ids = self.by_tenant.get(tenant?)?;
+    /// The overrides of one tenant, looked up once per request.
+    pub fn of(&self, tenant: Option<&[u8]>) -> TenantOverrides<'_> {
+        TenantOverrides {
+            list: &self.list,
+            ids: tenant
+                .and_then(|t| self.by_tenant.get(t))
+                .map_or(&[], Vec::as_slice),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Override> {
+        self.list.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+/// One tenant's overrides (none when it has none).
+#[derive(Clone, Copy)]
+pub struct TenantOverrides<'a> {
+    list: &'a [Override],
+    ids: &'a [usize],
+}
+
+impl<'a> TenantOverrides<'a> {
+    /// The override in force for the caller's rule at `now`: its user's, else the tenant's.
+    pub fn find(&self, user: Option<&[u8]>, rule: &str, now: Instant) -> Option<&'a Override> {
         let mut tenant_wide = None;
-        for o in ids.iter().filter_map(|&i| self.list.get(i)) {
+        for o in self.ids.iter().filter_map(|&i| self.list.get(i)) {
             if o.rule != rule || !o.active(now) {
                 continue;
             }
@@ -150,14 +170,6 @@ impl Overrides {
             }
         }
         tenant_wide
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Override> {
-        self.list.iter()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
     }
 }
 
@@ -248,12 +260,12 @@ impl RawPlans {
         }
         let mut per_plan = Vec::with_capacity(names.len());
         for (plan_name, numbers) in self.limits {
-            let mut changed = HashMap::with_capacity(numbers.len());
+            let mut changed = Vec::with_capacity(numbers.len());
             for (rule, n) in numbers {
                 let path = format!("plans.limits.{plan_name}.{rule}");
                 let (raw, spec) = rule_named(&rule, path.clone(), raw_rules, rules)?;
                 let merged = n.apply(raw, spec, &path)?;
-                changed.insert(rule, Arc::new(merged));
+                changed.push(Arc::new(merged));
             }
             per_plan.push(changed);
         }

@@ -214,12 +214,13 @@ impl Pending {
             path: &captures,
         };
         // Each rule with the caller's numbers: an override's, its plan's, or its own.
+        let overrides = policy.overrides.of(tenant);
         let keyed: Vec<Keyed> = route
             .rules
             .iter()
             .map(|rule| Keyed {
                 key: rule.key.render(&id),
-                rule: Arc::clone(policy.effective(rule, plan, tenant, user, now)),
+                rule: Arc::clone(policy.effective(rule, plan, &overrides, user, now)),
             })
             .collect();
         let sample = pending.shared.options.log_sample;

@@ -102,7 +102,21 @@ async function exercise(ns) {
     assert.equal(planned.headers.get('ratelimit-policy'),
       `"inflight";q=${inflight};qu="concurrent-requests", "export";q=${limit};w=60`);
   }
+  // A template route: each order id has its own budget; an exempt route is never limited.
+  const orders = [];
+  for (let i = 0; i < 6; i++) orders.push(await fetch(`${ns.url}/orders/17`, { headers: { 'x-tenant': 'ns-orders' } }));
+  assert.deepEqual(orders.map((r) => r.status), [200, 200, 200, 200, 200, 429]);
+  assert.equal(orders[0].headers.get('ratelimit-policy'), '"order";q=5;w=60');
+  const other = await fetch(`${ns.url}/orders/18`, { headers: { 'x-tenant': 'ns-orders' } });
+  assert.equal(other.status, 200);
+  assert.match(other.headers.get('ratelimit'), /^"order";r=4;/);
+  for (let i = 0; i < 20; i++) {
+    const status = await fetch(`${ns.url}/status`);
+    assert.equal(status.status, 200);
+    assert.equal(status.headers.get('ratelimit'), null);
+  }
   const metrics = await (await fetch(`${ns.url}/metrics`)).text();
+  assert.match(metrics, /rl_gateway_decisions_total\{route="status",rule="",outcome="exempt"\} 20\n/);
   assert.match(metrics, /rl_gateway_decisions_total\{route="GET \/catalog",rule="read",outcome="admit"\} 1\n/);
   assert.match(metrics, /rl_gateway_policy_version 7\n/);
   const stale = await fetch(`${ns.url}/-/reload`, { method: 'POST' });

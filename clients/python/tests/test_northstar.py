@@ -133,6 +133,23 @@ def test_plans_give_each_tenant_its_numbers(northstar):
     assert policy_of("ns-plan") == '"inflight";q=3;qu="concurrent-requests", "export";q=100;w=60'
 
 
+def test_a_template_route_counts_each_order_and_an_exempt_route_is_free(northstar):
+    with httpx.Client() as c:
+        orders = [c.get(f"{northstar}/orders/17", headers={"x-tenant": "ns-orders"})
+                  for _ in range(6)]
+        # `//orders/18/` is `/orders/18`: another id, a budget of its own
+        other = c.get(f"{northstar}//orders/18/", headers={"x-tenant": "ns-orders"})
+        status = [c.get(f"{northstar}/status") for _ in range(20)]
+        metrics = c.get(f"{northstar}/metrics").text
+    assert [r.status_code for r in orders] == [200] * 5 + [429]
+    assert orders[0].headers["ratelimit-policy"] == '"order";q=5;w=60'
+    assert other.status_code == 200
+    assert other.headers["ratelimit"].startswith('"order";r=4;')
+    assert [r.status_code for r in status] == [200] * 20
+    assert [h for r in status for h in r.headers if h.startswith("ratelimit")] == []
+    assert 'rl_gateway_decisions_total{route="status",rule="",outcome="exempt"} 20' in metrics
+
+
 def test_northstar_on_a_cluster(cluster):
     with running(f"redis://127.0.0.1:{cluster.port}", "--cluster") as url, httpx.Client() as c:
         for tenant in ("c1", "c2", "c3"):

@@ -306,6 +306,28 @@ async fn northstar_serves_the_policy_end_to_end() {
         );
     }
 
+    // A template route: each order id has its own budget (`//orders/18/` is `/orders/18`);
+    // an exempt route is never limited, and counted.
+    let order = |path: &'static str| {
+        http.get(format!("{base}{path}"))
+            .header("x-tenant", "ns-orders")
+            .send()
+    };
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        codes.push(order("/orders/17").await.unwrap().status().as_u16());
+    }
+    assert_eq!(codes, [200, 200, 200, 200, 200, 429]);
+    let other = order("//orders/18/").await.unwrap();
+    assert_eq!(other.status(), 200);
+    assert_eq!(header(&other, "ratelimit-policy"), r#""order";q=5;w=60"#);
+    assert!(header(&other, "ratelimit").starts_with(r#""order";r=4;"#));
+    for _ in 0..20 {
+        let status = http.get(format!("{base}/status")).send().await.unwrap();
+        assert_eq!(status.status(), 200);
+        assert!(status.headers().get("ratelimit").is_none());
+    }
+
     // The login rule counts failed attempts: 20 per 10 s per IP, then 429.
     for n in 1..=20 {
         let login = http.post(format!("{base}/login")).send().await.unwrap();
@@ -331,6 +353,8 @@ async fn northstar_serves_the_policy_end_to_end() {
     assert!(metrics.contains(
         r#"rl_gateway_decisions_total{route="POST /login",rule="anon",outcome="refuse"} 1"#
     ));
+    assert!(metrics
+        .contains(r#"rl_gateway_decisions_total{route="status",rule="",outcome="exempt"} 20"#));
 
     // Reloading the same version is refused; a higher one is taken.
     let stale = http.post(format!("{base}/-/reload")).send().await.unwrap();

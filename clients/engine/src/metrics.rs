@@ -146,7 +146,39 @@ pub struct Metrics {
     // The rule and expiry of each override of the policy in force, for the gauge of active
     // and expired overrides, which changes with the time, not with events.
     overrides: Mutex<Vec<(String, Instant)>>,
+    // The shadow rules of the policy in force that declare `expect_refusals`, counted from
+    // the load of that snapshot.
+    shadows: Mutex<BTreeMap<String, ShadowWatch>>,
     hook: Option<Arc<dyn MetricsHook>>,
+}
+
+/// Evaluations before a shadow rule's refusal ratio is reported and may raise its alarm.
+pub const SHADOW_EVALUATIONS: u64 = 1000;
+
+/// One shadow rule's evaluations under one snapshot, against what it declared.
+#[derive(Debug, Clone, Copy, Default)]
+struct ShadowWatch {
+    expect: f64,
+    evaluated: u64,
+    refused: u64,
+    alarm: bool,
+}
+
+impl ShadowWatch {
+    fn ratio(&self) -> Option<f64> {
+        (self.evaluated >= SHADOW_EVALUATIONS).then(|| self.refused as f64 / self.evaluated as f64)
+    }
+
+    /// More than ten times the declared share, or any refusal when it declared none.
+    fn alarming(&self) -> bool {
+        self.ratio().is_some_and(|r| {
+            if self.expect == 0.0 {
+                self.refused > 0
+            } else {
+                r > 10.0 * self.expect
+            }
+        })
+    }
 }
 
 impl Default for Metrics {
@@ -165,6 +197,7 @@ impl Metrics {
             unknown_plan: AtomicU64::new(0),
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
+            shadows: Mutex::default(),
             hook,
         }
     }
@@ -238,12 +271,39 @@ impl Metrics {
             .iter()
             .map(|o| (o.rule.clone(), o.expires))
             .collect();
+        *self.shadows.lock().unwrap_or_else(|p| p.into_inner()) = policy
+            .rules
+            .values()
+            .filter_map(|r| {
+                let expect = r.expect_refusals?;
+                let watch = ShadowWatch {
+                    expect,
+                    ..ShadowWatch::default()
+                };
+                Some((r.name.clone(), watch))
+            })
+            .collect();
         for route in &policy.routes {
             self.record(Event::RouteMode {
                 route: route.name(),
                 mode: route.on_store_error.mode(),
             });
         }
+    }
+
+    /// Counts one evaluation of a shadow rule that declares `expect_refusals`; true when this
+    /// one switched its alarm on (the caller logs it, once). The alarm goes off again when the
+    /// ratio falls back.
+    pub fn shadow_evaluated(&self, rule: &str, refused: bool) -> bool {
+        let mut shadows = self.shadows.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(watch) = shadows.get_mut(rule) else {
+            return false;
+        };
+        watch.evaluated = watch.evaluated.saturating_add(1);
+        watch.refused = watch.refused.saturating_add(u64::from(refused));
+        let was = watch.alarm;
+        watch.alarm = watch.alarming();
+        watch.alarm && !was
     }
 
     /// The Prometheus text exposition (format 0.0.4) of everything recorded, overrides counted
@@ -407,6 +467,39 @@ impl Metrics {
             }
         }
         drop(overrides);
+        let shadows = self.shadows.lock().unwrap_or_else(|p| p.into_inner());
+        if !shadows.is_empty() {
+            header(
+                &mut out,
+                "rl_gateway_shadow_refusal_ratio",
+                "gauge",
+                "Share of a shadow rule's evaluations that would have refused, under the policy in force (after 1000).",
+            );
+            for (rule, watch) in shadows.iter() {
+                if let Some(ratio) = watch.ratio() {
+                    let _ = writeln!(
+                        out,
+                        "rl_gateway_shadow_refusal_ratio{{rule=\"{}\"}} {ratio}",
+                        escape(rule)
+                    );
+                }
+            }
+            header(
+                &mut out,
+                "rl_gateway_shadow_alarm",
+                "gauge",
+                "1 while a shadow rule refuses more than ten times the share it declares.",
+            );
+            for (rule, watch) in shadows.iter() {
+                let _ = writeln!(
+                    out,
+                    "rl_gateway_shadow_alarm{{rule=\"{}\"}} {}",
+                    escape(rule),
+                    u8::from(watch.alarm)
+                );
+            }
+        }
+        drop(shadows);
         let store_mode = *self.store_mode.lock().unwrap_or_else(|p| p.into_inner());
         // Nothing is claimed before the first store call has detected the mode.
         if let Some(current) = store_mode {

@@ -181,6 +181,8 @@ pub(crate) struct Outcomes {
     pub(crate) refused: Vec<(usize, u64)>,
     pub(crate) outcomes: Vec<(usize, HeaderOutcome)>,
     pub(crate) shadow_refused: Vec<usize>,
+    /// Shadow rules that would have admitted.
+    pub(crate) shadow_admitted: Vec<usize>,
     /// Refusals that are not cached: their end may come any moment.
     pub(crate) uncached: Vec<usize>,
 }
@@ -221,9 +223,7 @@ impl Shared {
                 self.count(ctx, i, Outcome::Admit, &mut log);
             }
         }
-        for i in &answer.shadow_refused {
-            self.count(ctx, *i, Outcome::ShadowRefuse, &mut log);
-        }
+        self.shadows(ctx, answer, &mut log);
         Verdict {
             headers: self.rate_headers(ctx, &answer.outcomes),
             log,
@@ -253,9 +253,7 @@ impl Shared {
             self.count(ctx, *i, Outcome::Refuse, &mut log);
         }
         // A shadow semaphore found full before the refusal still would have refused.
-        for i in &answer.shadow_refused {
-            self.count(ctx, *i, Outcome::ShadowRefuse, &mut log);
-        }
+        self.shadows(ctx, answer, &mut log);
         let mut verdict = self.too_many(ctx, &answer.refused, &answer.outcomes, Outcome::Refuse);
         verdict.log = log;
         verdict
@@ -468,6 +466,36 @@ impl Shared {
             policy_version: ctx.policy.version,
             outcome: outcome.name(),
         });
+    }
+
+    /// Counts the shadow rules' answers, and watches those that declare `expect_refusals`: the
+    /// request whose evaluation switches an alarm on logs it.
+    fn shadows(&self, ctx: &Ctx, answer: &Outcomes, log: &mut Vec<LogRecord>) {
+        for i in &answer.shadow_refused {
+            self.count(ctx, *i, Outcome::ShadowRefuse, log);
+        }
+        let evaluated = answer
+            .shadow_refused
+            .iter()
+            .map(|i| (i, true))
+            .chain(answer.shadow_admitted.iter().map(|i| (i, false)));
+        for (i, refused) in evaluated {
+            let Some(k) = ctx.keyed.get(*i) else {
+                continue;
+            };
+            if k.rule.expect_refusals.is_some()
+                && self.metrics.shadow_evaluated(&k.rule.name, refused)
+            {
+                log.push(LogRecord {
+                    level: LogLevel::Warn,
+                    message: "a shadow rule refuses more than ten times the share it expects",
+                    route: ctx.route.name().to_string(),
+                    rule: k.rule.name.clone(),
+                    policy_version: ctx.policy.version,
+                    outcome: "shadow_alarm",
+                });
+            }
+        }
     }
 
     fn count_all(&self, ctx: &Ctx, outcome: Outcome, log: &mut Vec<LogRecord>) {

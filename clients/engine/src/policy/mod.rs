@@ -170,6 +170,8 @@ pub struct RuleSpec {
     pub shadow: bool,
     /// After an admission, wait for one replica's acknowledgement.
     pub durable: bool,
+    /// A shadow rule's declared refusal ratio (section 8.6), watched by the metrics.
+    pub expect_refusals: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -74,6 +74,7 @@ pub(super) struct RawRule {
     shadow: Option<bool>,
     settle: Option<bool>,
     durable: Option<bool>,
+    expect_refusals: Option<f64>,
     grant: Option<RawGrant>,
     pub(super) concurrency: Option<u64>,
     pub(super) lease: Option<String>,
@@ -406,6 +407,22 @@ impl RawRule {
             public: self.public.unwrap_or(true),
             shadow: self.shadow.unwrap_or(false),
             durable: self.durable.unwrap_or(false),
+            expect_refusals: match self.expect_refusals {
+                None => None,
+                Some(_) if !self.shadow.unwrap_or(false) => {
+                    return Err(invalid(
+                        at("expect_refusals"),
+                        "only a shadow rule declares the refusals it expects",
+                    ))
+                }
+                Some(x) if (0.0..=1.0).contains(&x) => Some(x),
+                Some(x) => {
+                    return Err(invalid(
+                        at("expect_refusals"),
+                        format!("must be in [0, 1] (got {x})"),
+                    ))
+                }
+            },
         })
     }
 }

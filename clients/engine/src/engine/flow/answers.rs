@@ -73,7 +73,9 @@ impl Pending {
                         self.answer.outcomes.push((index, outcome(Some(retry))));
                         self.answer.refused.push((index, retry));
                     }
-                } else if !k.rule.shadow {
+                } else if k.rule.shadow {
+                    self.answer.shadow_admitted.push(index);
+                } else {
                     self.answer.outcomes.push((index, outcome(None)));
                 }
             }
@@ -133,7 +135,9 @@ impl Pending {
             }
             Expect::Shadow { index } => {
                 let decided = reply::decision(&reply)?;
-                if !decided.allowed {
+                if decided.allowed {
+                    self.answer.shadow_admitted.push(index);
+                } else {
                     self.answer.shadow_refused.push(index);
                 }
             }

@@ -2,7 +2,7 @@
 //! lets a spelling of a path reach another route than the path it normalizes to.
 
 use proptest::prelude::*;
-use rl_engine::policy::{NormalPath, Policy, Routed};
+use rl_engine::policy::{KeyTemplate, NormalPath, PathTemplate, Policy, Routed};
 use rl_engine::Instant;
 
 const POLICY: &str = r#"{
@@ -75,6 +75,22 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    // What a policy author writes is parsed too: no text makes a template parser panic, and a
+    // template it accepts names each capture once.
+    #[test]
+    fn templates_parse_or_refuse_any_text(text in "[/{}*a-z.?${}]{0,24}|\\PC{0,24}") {
+        if let Ok(t) = PathTemplate::parse(&text) {
+            let names: Vec<&str> = t.captures().collect();
+            let mut unique = names.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            prop_assert_eq!(names.len(), unique.len());
+        }
+        let _ = KeyTemplate::parse(&text);
     }
 }
 

@@ -22,7 +22,7 @@ use rl_engine::memory::MemoryStore;
 use rl_engine::{Answer, Engine, Instant, Options, Policy, Reply, Request, Step};
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user", "tenant": "x-tenant"},
   "rules": {
     "read":   {"key": "{t:${tenant}}:read:${user}", "algo": "bucket", "limit": 2, "period": "1s", "burst": 20},

@@ -109,7 +109,7 @@ mod tests {
 
     fn identity(trusted: &[&str]) -> Identity {
         let policy = Policy::from_json(&format!(
-            r#"{{"version": 1, "identity": {{"trusted_proxies": {}}},
+            r#"{{"version": 1, "default": {{"rules": []}}, "identity": {{"trusted_proxies": {}}},
                 "rules": {{"r": {{"key": "k", "limit": 1, "period": "1s"}}}},
                 "routes": [{{"method": "GET", "path": "/", "rules": ["r"]}}]}}"#,
             serde_json::to_string(trusted).unwrap()

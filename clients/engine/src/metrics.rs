@@ -104,6 +104,8 @@ pub enum Event<'a> {
     StoreMode(Mode),
     /// A plan header named no plan of the policy (section 8.1): ignored.
     UnknownPlan,
+    /// A request no route matched, decided by the policy's `default` (section 8.4).
+    Unmatched,
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -141,6 +143,7 @@ pub struct Metrics {
     policy_version: AtomicU64,
     store_mode: Mutex<Option<Mode>>,
     unknown_plan: AtomicU64,
+    unmatched: AtomicU64,
     // Whether the policy in force has plans (the unknown-plan counter is shown only then).
     plans: AtomicBool,
     // The rule and expiry of each override of the policy in force, for the gauge of active
@@ -195,6 +198,7 @@ impl Metrics {
             policy_version: AtomicU64::new(0),
             store_mode: Mutex::new(None),
             unknown_plan: AtomicU64::new(0),
+            unmatched: AtomicU64::new(0),
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
@@ -255,6 +259,9 @@ impl Metrics {
             Event::UnknownPlan => {
                 self.unknown_plan.fetch_add(1, Ordering::Relaxed);
             }
+            Event::Unmatched => {
+                self.unmatched.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if let Some(hook) = &self.hook {
             hook.event(&event);
@@ -283,7 +290,8 @@ impl Metrics {
                 Some((r.name.clone(), watch))
             })
             .collect();
-        for route in &policy.routes {
+        let default = (!policy.default.exempt()).then_some(&policy.default);
+        for route in policy.routes.iter().chain(default) {
             self.record(Event::RouteMode {
                 route: route.name(),
                 mode: route.on_store_error.mode(),
@@ -423,6 +431,18 @@ impl Metrics {
             "rl_gateway_store_mode",
             "gauge",
             "1 for the store's implementation of the commands (module or script), 0 for the other.",
+        );
+        // Always shown: a rise is a route renamed or removed, and 0 is what an alert compares.
+        header(
+            &mut out,
+            "rl_gateway_unmatched_total",
+            "counter",
+            "Requests no route matched, decided by the policy's default.",
+        );
+        let _ = writeln!(
+            out,
+            "rl_gateway_unmatched_total {}",
+            self.unmatched.load(Ordering::Relaxed)
         );
         if self.plans.load(Ordering::Relaxed) {
             header(

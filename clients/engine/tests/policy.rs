@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 /// The example policy of clients/CONTRACT.md section 2.
 fn example() -> Value {
     json!({
-      "version": 7,
+      "version": 7, "default": {"rules": []},
       "identity": {"user": "x-user", "tenant": "x-tenant", "trusted_proxies": ["10.0.0.0/8", "::1"]},
       "rules": {
         "read":    {"key": "{t:${tenant}}:read:${user}", "algo": "bucket", "limit": 2, "period": "1s", "burst": 20},
@@ -134,7 +134,7 @@ fn the_contract_example_loads_with_every_field_typed() {
 #[test]
 fn omitted_sections_take_documented_defaults() {
     let p = parse(
-        &json!({"version": 1, "rules": {"r": {"key": "k", "limit": 1, "period": "1s"}},
+        &json!({"version": 1, "default": {"rules": []}, "rules": {"r": {"key": "k", "limit": 1, "period": "1s"}},
         "routes": [{"method": "GET", "path": "/", "rules": ["r"]}]}),
     )
     .expect("minimal policy");

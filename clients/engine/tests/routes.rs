@@ -6,7 +6,7 @@ use rl_engine::policy::{KeyTemplate, NormalPath, PathTemplate, Policy, Routed};
 use rl_engine::Instant;
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "rules": {"r": {"key": "k:${path.id}", "limit": 1, "period": "1s"},
             "s": {"key": "s", "limit": 1, "period": "1s"}},
   "routes": [

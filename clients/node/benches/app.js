@@ -17,7 +17,7 @@ const sendCommand = (...args) => redis.call(...args);
 // Limits no run reaches: every request is admitted, so each variant does the same work.
 const HUGE = 1_000_000_000;
 const policy = (rules) => ({
-  version: 1,
+  version: 1, default: { rules: [] },
   identity: { user: 'x-user', tenant: 'x-tenant' },
   rules,
   routes: [{ method: 'GET', path: '/', rules: Object.keys(rules) }],

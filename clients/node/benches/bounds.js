@@ -12,7 +12,7 @@ const CALLERS = Number(process.argv[2] ?? 100_000);
 const ENTRIES = 1000;
 const { Engine, MemoryStore } = engine();
 const policy = {
-  version: 1,
+  version: 1, default: { rules: [] },
   identity: { user: 'x-user' },
   rules: {
     user: { key: 'u:${user}', limit: 1, period: '1h' },

@@ -114,7 +114,7 @@ for (const [name, connect] of CLIENTS) {
       const node = (tag) => Math.floor(keySlot(`{${name}-${tag}}`) / 5461.34);
       const [t1, t2] = [tags[0], tags.find((t) => node(t) !== node(tags[0]))];
       const gw = new Gateway({ store: conn.adapter, durableStore: conn.adapter, logger: quiet, policy: {
-        version: 1,
+        version: 1, default: { rules: [] },
         rules: {
           slot: { key: `{${name}-${t1}}:slot`, concurrency: 5, lease: '1m', durable: true },
           rate: { key: `{${name}-${t2}}:rate`, limit: 100, period: '1h', durable: true },

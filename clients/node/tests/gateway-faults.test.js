@@ -9,7 +9,7 @@ import { fresh, series, serveGateway } from './support/gateway.js';
 
 function policy(p, store = {}) {
   return {
-    version: 1,
+    version: 1, default: { rules: [] },
     identity: { user: 'x-user' },
     rules: {
       write: { key: `${p}:write:\${user}`, limit: 100, period: '1h' },
@@ -173,7 +173,7 @@ describe('background calls', () => {
     const logger = { info() {}, warn: (message, entry) => lines.push({ message, entry }), error() {} };
     const p = fresh();
     const g = await serveGateway({ store: io, logger, policy: {
-      version: 1,
+      version: 1, default: { rules: [] },
       identity: { tenant: 'x-tenant' },
       rules: {
         slot: { key: `${p}:{t:\${tenant}}:slot`, concurrency: 2, lease: '1m' },

@@ -26,7 +26,7 @@ describe('fastify', () => {
   test('admits with headers, refuses with a problem, settles and releases', async () => {
     const p = fresh();
     const gateway = new Gateway({ store: io, logger: quiet, policy: {
-      version: 1,
+      version: 1, default: { rules: [] },
       identity: { tenant: 'x-tenant' },
       rules: {
         two: { key: `${p}:two`, limit: 2, period: '1h' },
@@ -70,7 +70,7 @@ describe('stacked layers', () => {
   test('a second limiting layer adds its items to the first one\'s', async () => {
     const p = fresh();
     const layer = (name, limit) => expressMiddleware(new Gateway({ store: io, logger: quiet, policy: {
-      version: 1, store: { timeout: '1s' }, rules: { [name]: { key: `${p}:${name}`, limit, period: '1h' } },
+      version: 1, default: { rules: [] }, store: { timeout: '1s' }, rules: { [name]: { key: `${p}:${name}`, limit, period: '1h' } },
       routes: [{ method: 'GET', path: '/s', rules: [name] }] } }));
     const app = express();
     app.use(layer('outer', 100));
@@ -91,7 +91,7 @@ describe('identity', () => {
   test('X-Forwarded-For is read from the right past trusted proxies only', async () => {
     const p = fresh();
     const g = await serveGateway({ store: io, policy: {
-      version: 1,
+      version: 1, default: { rules: [] },
       identity: { trusted_proxies: ['127.0.0.0/8', '10.0.0.0/8'] },
       store: { timeout: '1s' },
       rules: { ip: { key: `${p}:ip:\${ip}`, limit: 1, period: '1h' } },
@@ -115,7 +115,7 @@ describe('identity', () => {
     const p = fresh();
     const g = await serveGateway({ store: io,
       identify: async (req) => ({ user: req.headers.authorization === 'Bearer k1' ? 'alice' : undefined }),
-      policy: { version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
+      policy: { version: 1, default: { rules: [] }, identity: { user: 'x-user' }, store: { timeout: '1s' },
         rules: { u: { key: `${p}:u:\${user}`, limit: 5, period: '1h' } },
         routes: [{ method: 'GET', path: '/u', rules: ['u'] }] } });
     try {
@@ -159,7 +159,7 @@ describe('what no caller may provoke', () => {
     test(`${kind}: X-Forwarded-For buys no fresh budget with trusted_proxies: [], whatever the framework trusts`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {
-        version: 1, identity: { trusted_proxies: [] }, store: { timeout: '1s' },
+        version: 1, default: { rules: [] }, identity: { trusted_proxies: [] }, store: { timeout: '1s' },
         rules: { ip: { key: `${p}:ip:\${ip}`, limit: 3, period: '1h' } },
         routes: [{ method: 'POST', path: '/login', rules: ['ip'] }] } });
       const s = await serveFramework(kind, gateway, true);
@@ -179,7 +179,7 @@ describe('what no caller may provoke', () => {
     test(`${kind}: HEAD, a trailing slash${kind === 'express' ? ' and another case' : ''} keep the route's rules`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {
-        version: 1, store: { timeout: '1s' },
+        version: 1, default: { rules: [] }, store: { timeout: '1s' },
         rules: { r: { key: `${p}:r`, limit: 3, period: '1h' } },
         routes: [{ method: 'GET', path: '/catalog', rules: ['r'] }] } });
       const s = await serveFramework(kind, gateway);
@@ -199,7 +199,7 @@ describe('what no caller may provoke', () => {
     test(`${kind}: a repeated identity header is its first value, as in every face`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {
-        version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
+        version: 1, default: { rules: [] }, identity: { user: 'x-user' }, store: { timeout: '1s' },
         rules: { u: { key: `${p}:u:\${user}`, limit: 3, period: '1h' } },
         routes: [{ method: 'GET', path: '/u', rules: ['u'] }] } });
       const s = await serveFramework(kind, gateway);
@@ -214,7 +214,7 @@ describe('what no caller may provoke', () => {
     test(`${kind}: header bytes that are not UTF-8, long Idempotency-Keys, any X-Actual-Cost: never a 5xx`, async () => {
       const p = fresh();
       const gateway = new Gateway({ store: io, logger: quiet, policy: {
-        version: 1, identity: { user: 'x-user', tenant: 'x-tenant' }, store: { timeout: '1s' },
+        version: 1, default: { rules: [] }, identity: { user: 'x-user', tenant: 'x-tenant' }, store: { timeout: '1s' },
         rules: {
           read: { key: `${p}:read:\${user}`, limit: 100, period: '1h' },
           job: { key: `${p}:{t:\${tenant}}:job`, limit: 100, period: '1h', cost: 10, settle: true },
@@ -258,7 +258,7 @@ function noDelay(socket) {
 describe('TCP_NODELAY', () => {
   for (const kind of ['express', 'fastify']) {
     test(`${kind}: on every socket from a caller`, async () => {
-      const gateway = new Gateway({ store: io, logger: quiet, policy: { version: 1, store: { timeout: '1s' },
+      const gateway = new Gateway({ store: io, logger: quiet, policy: { version: 1, default: { rules: [] }, store: { timeout: '1s' },
         rules: { r: { key: `${fresh()}:r`, limit: 10, period: '1h' } }, routes: [{ method: 'GET', path: '/r', rules: ['r'] }] } });
       const s = await serveFramework(kind, gateway);
       try {
@@ -277,7 +277,7 @@ describe('TCP_NODELAY', () => {
     test(`${variant.name}: on every socket to the store`, async () => {
       const conn = await variant.connect(server.port);
       try {
-        const gateway = new Gateway({ store: conn.adapter, logger: quiet, policy: { version: 1, store: { timeout: '1s' },
+        const gateway = new Gateway({ store: conn.adapter, logger: quiet, policy: { version: 1, default: { rules: [] }, store: { timeout: '1s' },
           rules: { r: { key: `${fresh()}:r`, limit: 10, period: '1h' } }, routes: [{ method: 'GET', path: '/r', rules: ['r'] }] } });
         const decision = await gateway.decide({ method: 'GET', path: '/r', headers: {}, peer: '127.0.0.1' });
         assert.equal(decision.status, 200);

@@ -20,7 +20,7 @@ after(async () => {
 
 function policy(p, extra = {}) {
   return {
-    version: 1,
+    version: 1, default: { rules: [] },
     identity: { user: 'x-user', tenant: 'x-tenant' },
     rules: {
       read: { key: `${p}:{t:\${tenant}}:read:\${user}`, algo: 'bucket', limit: 2, period: '1s', burst: 20 },

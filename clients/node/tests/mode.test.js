@@ -134,7 +134,7 @@ describe('store mode', () => {
     for (const [server, mode] of [[plain, 'script'], [withModule, 'module']]) {
       const io = await server.ioredis();
       const gw = new Gateway({ store: io, logger: recorder(), policy: {
-        version: 1, store: { timeout: '1s' }, rules: { a: { key: 'mode:a', limit: 5, period: '1h' } }, routes: [{ method: 'GET', path: '/', rules: ['a'] }] } });
+        version: 1, default: { rules: [] }, store: { timeout: '1s' }, rules: { a: { key: 'mode:a', limit: 5, period: '1h' } }, routes: [{ method: 'GET', path: '/', rules: ['a'] }] } });
       try {
         const d = await gw.decide({ method: 'GET', path: '/', headers: {}, peer: '127.0.0.1' });
         assert.equal(d.status, 200);

@@ -86,7 +86,7 @@ describe('the package', () => {
         const hit = await store.increment('b');
         const flexible = await new RateLimiterRL({ storeClient: io, points: 2, duration: 60 }).consume('c');
         let gateway;
-        try { new Gateway({ store: io, policy: { version: 1, rules: {}, routes: [] } }); gateway = 'built'; }
+        try { new Gateway({ store: io, policy: { version: 1, default: { rules: [] }, rules: {}, routes: [] } }); gateway = 'built'; }
         catch (err) { gateway = err.message; }
         io.disconnect();
         console.log(JSON.stringify([a.remaining, hit.totalHits, flexible.remainingPoints, gateway]));`], { cwd: dir });
@@ -117,7 +117,7 @@ describe('the package', () => {
     const dir = mkdtempSync(join(PKG, '.scratch-'));
     try {
       writeFileSync(join(dir, 'app.mjs'), block);
-      writeFileSync(join(dir, 'policy.json'), JSON.stringify({ version: 1, identity: { user: 'x-user' }, store: { timeout: '1s' },
+      writeFileSync(join(dir, 'policy.json'), JSON.stringify({ version: 1, default: { rules: [] }, identity: { user: 'x-user' }, store: { timeout: '1s' },
         rules: { read: { key: 'readme:${user}', limit: 2, period: '1h' } },
         routes: [{ method: 'GET', path: '/catalog', rules: ['read'] }] }));
       const port = 20000 + Math.floor(Math.random() * 10000);

@@ -10,7 +10,7 @@ import { quiet } from './support/gateway.js';
 import { REPO } from './support/server.js';
 
 const base = () => ({
-  version: 3,
+  version: 3, default: { rules: [] },
   rules: { a: { key: '{t:${tenant}}:a', limit: 10, period: '1s' } },
   routes: [{ method: 'GET', path: '/x', rules: ['a'] }],
 });

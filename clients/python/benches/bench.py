@@ -37,7 +37,7 @@ async def plain(scope, receive, send):
 
 
 POLICY = {
-    "version": 1, "identity": {"user": "x-user", "tenant": "x-tenant"},
+    "version": 1, "default": {"rules": []}, "identity": {"user": "x-user", "tenant": "x-tenant"},
     "rules": {"user": {"key": "{t:${tenant}}:u:${user}", "limit": 1000000, "period": "1s"},
               "tenant": {"key": "{t:${tenant}}:t", "limit": 1000000, "period": "1s"}},
     "routes": [{"method": "GET", "path": "/r", "rules": ["user", "tenant"]}],

@@ -20,7 +20,7 @@ import redis_rl_engine as engine
 
 ENTRIES = 1000
 POLICY = {
-    "version": 1, "identity": {"user": "x-user"},
+    "version": 1, "default": {"rules": []}, "identity": {"user": "x-user"},
     "rules": {"user": {"key": "u:${user}", "limit": 1, "period": "1h"},
               "chunk": {"key": "c:${user}", "limit": 100, "period": "1s", "grant": {"want": 10}}},
     "routes": [{"method": "GET", "path": "/", "rules": ["user", "chunk"],

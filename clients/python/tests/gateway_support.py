@@ -30,7 +30,7 @@ async def backend(scope, receive, send):
 
 
 def policy(routes, rules, **extra):
-    doc = {"version": extra.pop("version", 1), "identity": {"user": "x-user", "tenant": "x-tenant"},
+    doc = {"version": extra.pop("version", 1), "default": {"rules": []}, "identity": {"user": "x-user", "tenant": "x-tenant"},
            "rules": rules, "routes": routes}
     doc.update(extra)
     return doc

@@ -285,7 +285,7 @@ async def test_legacy_headers_and_jittered_retry_after(server):
 
 async def test_reload_answers_409_to_an_older_version_and_400_to_an_invalid_one(server, tmp_path):
     f = tmp_path / "p.json"
-    doc = {"version": 3, "rules": RULES, "routes": _routes()}
+    doc = {"version": 3, "default": {"rules": []}, "rules": RULES, "routes": _routes()}
     f.write_text(json.dumps(doc))
     gw = gateway(server.port, f)
     async with http(gw) as c:

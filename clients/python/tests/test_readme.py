@@ -18,7 +18,7 @@ def _example() -> str:
 async def test_the_readme_fastapi_app(server, tmp_path, monkeypatch):
     code = _example()
     assert len([l for l in code.splitlines() if l.strip()]) <= 10
-    policy = {"version": 1, "identity": {"user": "x-user"},
+    policy = {"version": 1, "default": {"rules": []}, "identity": {"user": "x-user"},
               "rules": {"read": {"key": "readme:${user}", "limit": 2, "period": "1h"}},
               "routes": [{"method": "GET", "path": "/catalog", "rules": ["read"]}]}
     (tmp_path / "policy.json").write_text(json.dumps(policy))

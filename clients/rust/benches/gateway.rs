@@ -76,7 +76,7 @@ impl RlConnection for Counting {}
 
 fn policy(rules: &str, routes: &str) -> String {
     format!(
-        r#"{{"version": 1, "identity": {{"user": "x-user"}},
+        r#"{{"version": 1, "default": {{"rules": []}}, "identity": {{"user": "x-user"}},
   "rules": {{{rules}}}, "routes": [{routes}],
   "negative_cache": {{"max": "250ms", "entries": 10000}},
   "store": {{"timeout": "500ms", "breaker": {{"failures": 1000, "open": "1s"}}, "ramp": "1s"}},

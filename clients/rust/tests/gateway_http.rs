@@ -20,7 +20,7 @@ use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, Verdict};
 
 const POLICY: &str = r#"{
-  "version": 3,
+  "version": 3, "default": {"rules": []},
   "identity": {"user": "x-user", "tenant": "x-tenant"},
   "rules": {
     "read":   {"key": "{t:${tenant}}:read:${user}", "limit": 1, "period": "1m", "burst": 20},
@@ -384,7 +384,7 @@ async fn a_request_no_route_names_passes_without_a_store_call() {
 }
 
 const SEMAPHORE_POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user", "tenant": "x-tenant"},
   "rules": {
     "inflight": {"key": "{t:${tenant}}:inflight", "concurrency": 2, "lease": "60s"},
@@ -477,7 +477,7 @@ async fn semaphores_hold_while_the_backend_works_and_shadow_rules_never_refuse()
 }
 
 const GRANT_POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {
     "global": {"key": "global:catalog", "limit": 10, "period": "1h", "grant": {"want": 10, "ttl": "1m"}},

@@ -16,7 +16,7 @@ use redis_rl_client::{Gateway, Rl};
 use support::Captured;
 
 const POLICY: &str = r#"{
-  "version": 4,
+  "version": 4, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {
     "user":  {"key": "user:${user}", "limit": 2, "period": "1h"},

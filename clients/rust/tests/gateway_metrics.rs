@@ -169,7 +169,7 @@ fn every_outcome_has_its_contract_name_and_escaping_is_exact() {
 #[test]
 fn a_loaded_policy_sets_its_version_and_route_modes() {
     let policy = redis_rl_client::engine::policy::Policy::from_json(
-        r#"{"version": 12,
+        r#"{"version": 12, "default": {"rules": []},
             "rules": {"r": {"key": "k:${user}", "limit": 5, "period": "1s"}},
             "routes": [
               {"method": "GET", "path": "/a", "rules": ["r"]},

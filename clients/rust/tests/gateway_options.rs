@@ -22,7 +22,7 @@ fn exists(server: &Server, key: &str) -> bool {
 }
 
 const IDENTIFY_POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user", "tenant": "x-tenant"},
   "rules": {"user": {"key": "{t:${tenant}}:user:${user}", "limit": 2, "period": "1h"}},
   "routes": [{"method": "GET", "path": "/me", "rules": ["user"]}]
@@ -91,7 +91,7 @@ async fn an_application_resolves_the_caller_asynchronously_in_place_of_the_heade
 }
 
 const DURABLE_POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {
     "pay":  {"key": "{pay}:user:${user}", "limit": 5, "period": "1h", "durable": true},
@@ -171,7 +171,7 @@ async fn durable_rules_wait_for_a_replica_and_count_admissions_none_acknowledged
 }
 
 const SHADOW_SEMAPHORE_POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"tenant": "x-tenant"},
   "rules": {
     "slots": {"key": "{t:${tenant}}:slots", "concurrency": 1, "lease": "10s", "shadow": true},

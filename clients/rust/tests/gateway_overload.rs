@@ -19,7 +19,7 @@ use redis_rl_client::gateway::{RequestParts, VerdictKind};
 use redis_rl_client::Gateway;
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {"write": {"key": "w:${user}", "limit": 1000, "period": "1s"}},
   "routes": [{"method": "POST", "path": "/checkout", "rules": ["write"],

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Server, TempFile};
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {"write": {"key": "w:${user}", "limit": 1000, "period": "1s"}},
   "routes": [{"method": "POST", "path": "/checkout", "rules": ["write"],

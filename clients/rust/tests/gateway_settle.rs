@@ -13,7 +13,7 @@ use common::{cmd, Server, TempFile};
 use redis_rl_client::{RateLimitLayer, Rl};
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user", "tenant": "x-tenant"},
   "rules": {
     "export": {"key": "{t:${tenant}}:export", "limit": 100, "period": "1h", "cost": 10, "settle": true},

@@ -13,7 +13,7 @@ use common::{Server, TempFile};
 use redis_rl_client::RateLimitLayer;
 
 const POLICY: &str = r#"{
-  "version": 1,
+  "version": 1, "default": {"rules": []},
   "identity": {"user": "x-user"},
   "rules": {"user": {"key": "u:${user}", "limit": 2, "period": "1h"}},
   "routes": [

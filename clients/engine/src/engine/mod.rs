@@ -30,7 +30,7 @@ use crate::breaker::Breaker;
 use crate::cache::NegativeCache;
 use crate::fallback::Fallback;
 use crate::identity::Headers;
-use crate::metrics::Metrics;
+use crate::metrics::{Event, Metrics};
 use crate::policy::{Policy, PolicyError, Routed};
 use crate::rng::Rng;
 use crate::table::{Table, TableUse};
@@ -244,9 +244,20 @@ impl Engine {
     pub fn shed(&self, request: &Request<'_>) -> Verdict {
         let policy = self.shared.policy.load_full();
         match policy.route(request.method, request.path, request.case_insensitive) {
-            Routed::Route { route, .. } if route.exempt() => self.shared.exempt(&policy, route),
-            Routed::Route { route, .. } => self.shared.shed(&policy, route),
-            Routed::Unmatched => Verdict::pass(policy.version),
+            Routed::Route { route, .. } => {
+                if route.is_default() {
+                    self.shared.metrics.record(Event::Unmatched);
+                }
+                if route.exempt() {
+                    self.shared.exempt(&policy, route)
+                } else {
+                    self.shared.shed(&policy, route)
+                }
+            }
+            Routed::Unmatched => {
+                self.shared.metrics.record(Event::Unmatched);
+                Verdict::pass(policy.version)
+            }
             Routed::AboveRoot => Verdict::above_root(policy.version),
         }
     }

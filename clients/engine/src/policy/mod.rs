@@ -77,6 +77,8 @@ pub struct Policy {
     pub routes: Vec<Arc<Route>>,
     /// The routes' templates in one tree.
     pub router: Router,
+    /// Decides the requests no route matches (section 8.4).
+    pub default: Arc<Route>,
     /// The callers' plans (section 8.1), when the policy has any.
     pub plans: Option<Plans>,
     pub overrides: Overrides,
@@ -228,6 +230,8 @@ pub struct Route {
     uses_ip: bool,
     /// The headers its keys take (`${header.NAME}`), each once.
     headers: Vec<String>,
+    /// The policy's `default`: it decides the requests no other route matches.
+    default: bool,
 }
 
 impl Route {
@@ -256,7 +260,21 @@ impl Route {
             name,
             uses_ip,
             headers,
+            default: false,
         }
+    }
+
+    /// The same route as the policy's `default`.
+    pub(crate) fn as_default(self) -> Route {
+        Route {
+            default: true,
+            ..self
+        }
+    }
+
+    /// Whether this is the policy's `default`, deciding requests no route matches.
+    pub fn is_default(&self) -> bool {
+        self.default
     }
 
     /// `"rules": []`: deliberately unlimited, counted `exempt`.
@@ -378,7 +396,12 @@ impl Policy {
                 route,
                 path,
             },
-            None => Routed::Unmatched,
+            None if self.default.exempt() => Routed::Unmatched,
+            None => Routed::Route {
+                route: &self.default,
+                captures: Vec::new(),
+                path,
+            },
         }
     }
 }
@@ -392,7 +415,7 @@ pub enum Routed<'p, 'r> {
         /// The path as matched, which a proxy forwards.
         path: NormalPath<'r>,
     },
-    /// No route matches: the request passes.
+    /// No route matches and the default has no rules: the request passes.
     Unmatched,
     /// The path climbs above the root (`/..`): answered 400.
     AboveRoot,

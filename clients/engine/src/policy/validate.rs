@@ -13,7 +13,7 @@ use rl_core::rule::{
 use serde::Deserialize;
 
 use super::plans::{validate_overrides, RawOverride, RawPlans};
-use super::validate_route::RawRoute;
+use super::validate_route::{RawDefault, RawRoute, DEFAULT_NAME, MISSING_DEFAULT};
 use super::{
     invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy, PolicyError,
     RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
@@ -30,6 +30,7 @@ pub(super) struct RawPolicy {
     identity: RawIdentity,
     rules: BTreeMap<String, RawRule>,
     routes: Vec<RawRoute>,
+    default: Option<RawDefault>,
     plans: Option<RawPlans>,
     #[serde(default)]
     overrides: Vec<RawOverride>,
@@ -227,6 +228,12 @@ impl RawPolicy {
                 };
                 return Err(invalid(format!("routes[{i}]"), message));
             }
+            if route.name() == DEFAULT_NAME {
+                return Err(invalid(
+                    format!("routes[{i}].name"),
+                    "'default' is the name of the default route",
+                ));
+            }
             if let Some(first) = names.insert(route.name().to_string(), i) {
                 return Err(invalid(
                     format!("routes[{i}].name"),
@@ -278,8 +285,15 @@ impl RawPolicy {
                 format!("must be in [0, 1] (got {})", self.retry_after_jitter),
             ));
         }
+        // Checked last, so that a document from before this field still hears of its other
+        // mistakes first.
+        let default = self
+            .default
+            .ok_or_else(|| invalid("default", MISSING_DEFAULT))?
+            .validate(&rules)?;
         Ok(Policy {
             version: self.version,
+            default: Arc::new(default),
             identity,
             rules,
             routes,

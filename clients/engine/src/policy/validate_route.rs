@@ -23,6 +23,36 @@ pub(super) struct RawRoute {
     name: Option<String>,
 }
 
+/// The route for the requests no route matches (section 8.4): rules and a posture only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefault {
+    rules: Vec<String>,
+    on_store_error: Option<RawOnStoreError>,
+}
+
+/// What a policy without `default` is told: the line that keeps its old behaviour.
+pub(super) const MISSING_DEFAULT: &str = "a policy needs a default route for the requests no route matches; add \"default\": {\"rules\": []} to let them pass unlimited as before (counted as unmatched), or give it rules";
+
+impl RawDefault {
+    pub(super) fn validate(
+        self,
+        rules: &BTreeMap<String, Arc<RuleSpec>>,
+    ) -> Result<Route, PolicyError> {
+        let raw = RawRoute {
+            method: serde_json::Value::from("*"),
+            path: "/*".into(),
+            rules: self.rules,
+            on_store_error: self.on_store_error,
+            name: Some(DEFAULT_NAME.into()),
+        };
+        Ok(raw.validate("default", rules)?.as_default())
+    }
+}
+
+/// The default route's name in metrics, logs and `${route}`.
+pub const DEFAULT_NAME: &str = "default";
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOnStoreError {

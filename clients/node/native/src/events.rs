@@ -9,7 +9,8 @@ use rl_engine::metrics::{Event, MetricsHook};
 #[napi(object)]
 pub struct EventOut {
     /// `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-    /// `route_mode`, `store_mode` or `unknown_plan` (a plan header naming no plan).
+    /// `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan) or `unmatched` (a
+    /// request no route matched).
     pub r#type: String,
     pub route: Option<String>,
     pub rule: Option<String>,
@@ -77,6 +78,7 @@ impl MetricsHook for Queue {
                 "store_mode"
             }
             Event::UnknownPlan => "unknown_plan",
+            Event::Unmatched => "unmatched",
         };
         e.r#type = kind.to_string();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);

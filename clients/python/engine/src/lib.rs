@@ -313,6 +313,7 @@ impl MetricsHook for PyHook {
                 1.0,
             ),
             Event::UnknownPlan => ("unknown_plan", Vec::new(), 1.0),
+            Event::Unmatched => ("unmatched", Vec::new(), 1.0),
         };
         // Events come from calls made by Python (begin, resume, store_mode), so the
         // interpreter is attached already; a hook that raises is reported, never propagated

@@ -149,6 +149,7 @@ impl Pending {
                     route, captures, ..
                 } => (Arc::clone(route), captures),
                 Routed::Unmatched => {
+                    pending.shared.metrics.record(Event::Unmatched);
                     let verdict = super::Verdict::pass(policy.version);
                     return (pending, Step::Done(verdict));
                 }
@@ -157,6 +158,9 @@ impl Pending {
                     return (pending, Step::Done(verdict));
                 }
             };
+        if route.is_default() {
+            pending.shared.metrics.record(Event::Unmatched);
+        }
         if route.exempt() {
             let verdict = pending.shared.exempt(&policy, &route);
             return (pending, Step::Done(verdict));

@@ -98,6 +98,9 @@ rl_gateway_policy_version 7
 # HELP rl_gateway_route_mode 1 for each route's posture when the store cannot answer.
 # TYPE rl_gateway_route_mode gauge
 rl_gateway_route_mode{route="GET /catalog",mode="fallback"} 1
+# HELP rl_gateway_unmatched_total Requests no route matched, decided by the policy's default.
+# TYPE rl_gateway_unmatched_total counter
+rl_gateway_unmatched_total 0
 # HELP rl_gateway_store_mode 1 for the store's implementation of the commands (module or script), 0 for the other.
 # TYPE rl_gateway_store_mode gauge
 rl_gateway_store_mode{mode="module"} 0
@@ -123,6 +126,7 @@ fn an_empty_registry_still_declares_every_family() {
         "rl_gateway_grant_refills_total counter",
         "rl_gateway_breaker_state gauge",
         "rl_gateway_policy_version gauge",
+        "rl_gateway_unmatched_total counter",
         "rl_gateway_route_mode gauge",
         "rl_gateway_store_mode gauge",
     ] {

@@ -128,7 +128,7 @@ class Engine:
              peer: Optional[str], user: Optional[str] = None,
              tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
-        `shed`, no store call; a request no route matches passes."""
+        `shed`, no store call; a request no route matches passes when the default has no rules."""
     def reload(self, policy: str, now: Optional[int] = None) -> int:
         """Puts the document in force and returns its version; raises `StalePolicy` for a
         version not higher than the one in force, `InvalidPolicy` for an invalid document."""

@@ -240,7 +240,8 @@ impl Engine {
 
     /// The verdict for a request the driver sheds before deciding it, because its own process
     /// is saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
-    /// breaker failure. A request no route matches passes, as it would anyway.
+    /// breaker failure. A request no route matches, when the default has no rules, passes as it
+    /// would anyway.
     pub fn shed(&self, request: &Request<'_>) -> Verdict {
         let policy = self.shared.policy.load_full();
         match policy.route(request.method, request.path, request.case_insensitive) {

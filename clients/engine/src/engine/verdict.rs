@@ -54,7 +54,7 @@ pub struct LogRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub kind: VerdictKind,
-    /// The route-level outcome as counted; `None` for a request no route matches.
+    /// The route-level outcome as counted; `None` for a request that passes untouched (no route matched, the default has no rules).
     pub outcome: Option<Outcome>,
     /// `Some(429)`, `Some(503)` or `Some(500)` when the gateway answers the request itself.
     pub status: Option<u16>,

@@ -163,7 +163,7 @@ impl Engine {
 
     /// The verdict for a request the driver sheds before deciding it, its own process being
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
-    /// breaker failure. A request no route matches passes.
+    /// breaker failure. A request no route matches passes when the default has no rules.
     #[napi]
     pub fn shed(&self, request: RequestIn, headers: Object) -> Result<VerdictOut> {
         with_request(request, &headers, |req| verdict_out(self.engine.shed(req)))

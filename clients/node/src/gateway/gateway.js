@@ -249,7 +249,7 @@ export class Gateway {
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
       return this.answer(this.engine.shed(request, headers));
     }
-    // A request no route names is not looked up either.
+    // A request that passes untouched (no route, a default without rules) is not looked up either.
     if (this.identify && this.engine.routed(req.method, req.path, req.caseInsensitive)) {
       const c = (await this.identify(req)) ?? {};
       request.caller = { user: c.user || undefined, tenant: c.tenant || undefined };

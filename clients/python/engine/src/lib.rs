@@ -160,7 +160,7 @@ impl Engine {
 
     /// The verdict for a request the driver sheds before deciding it, its own process being
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call, no breaker
-    /// failure. A request no route matches passes.
+    /// failure. A request no route matches passes when the default has no rules.
     #[pyo3(signature = (method, path, headers, peer, user = None, tenant = None, case_insensitive = false))]
     #[allow(clippy::too_many_arguments)]
     fn shed(
@@ -448,7 +448,7 @@ struct Verdict {
     /// `admit`, `refuse`, `unavailable`, `error` or `reject`.
     #[pyo3(get)]
     kind: &'static str,
-    /// The route-level outcome as counted; None for a request no route matches.
+    /// The route-level outcome as counted; None for a request that passes untouched (no route matched, the default has no rules).
     #[pyo3(get)]
     outcome: Option<&'static str>,
     #[pyo3(get)]

@@ -117,7 +117,8 @@ where
         let gateway = Arc::clone(&self.gateway);
         let identify = self.identify.clone();
         Box::pin(async move {
-            // A request no route names passes untouched: its caller is not looked up either.
+            // A request that passes untouched (no route, a default without rules): its caller is not
+            // looked up either.
             let routed = identify.is_some() && {
                 let policy = gateway.policy();
                 let route = policy.route(request.method().as_str(), request.uri().path(), false);

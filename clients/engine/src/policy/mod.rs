@@ -265,7 +265,7 @@ impl Route {
     }
 
     /// The same route as the policy's `default`.
-    pub(crate) fn as_default(self) -> Route {
+    pub(crate) fn into_default(self) -> Route {
         Route {
             default: true,
             ..self

@@ -46,7 +46,7 @@ impl RawDefault {
             on_store_error: self.on_store_error,
             name: Some(DEFAULT_NAME.into()),
         };
-        Ok(raw.validate("default", rules)?.as_default())
+        Ok(raw.validate("default", rules)?.into_default())
     }
 }
 

@@ -19,7 +19,7 @@ fn policy() -> Policy {
 fn policy_of(entries: usize) -> Policy {
     Policy::from_json(&format!(
         r#"{{
-  "version": 1, "default": {"rules": []},
+  "version": 1, "default": {{"rules": []}},
   "identity": {{"user": "x-user"}},
   "rules": {{
     "user":  {{"key": "u:${{user}}", "limit": 1, "period": "1h"}},

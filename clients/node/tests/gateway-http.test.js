@@ -281,6 +281,12 @@ describe('TCP_NODELAY', () => {
           rules: { r: { key: `${fresh()}:r`, limit: 10, period: '1h' } }, routes: [{ method: 'GET', path: '/r', rules: ['r'] }] } });
         const decision = await gateway.decide({ method: 'GET', path: '/r', headers: {}, peer: '127.0.0.1' });
         assert.equal(decision.status, 200);
+        // A path above the root is answered, not passed (HTTP clients remove dot segments
+        // before sending, so the driver is asked directly).
+        const above = await gateway.decide({ method: 'GET', path: '/../r', headers: {}, peer: '127.0.0.1' });
+        assert.equal(above.status, 400);
+        assert.equal(JSON.parse(above.body).title, 'Bad Request');
+        assert.equal(await gateway.decide({ method: 'GET', path: '/elsewhere', headers: {}, peer: '127.0.0.1' }), null);
         // Node's open handles are the only view of node-redis's sockets (ioredis's are `stream`).
         const sockets = process._getActiveHandles().filter((h) => h instanceof net.Socket && h.remotePort === server.port);
         assert.ok(sockets.length >= 2, `${sockets.length} sockets to the store`);

@@ -24,6 +24,17 @@ async def test_an_unrouted_request_passes_untouched(server):
     assert r.status_code == 200 and "ratelimit" not in r.headers
 
 
+async def test_a_path_above_the_root_is_answered_400_and_an_unmatched_one_counted(server):
+    # HTTP clients remove dot segments before sending: the driver is asked directly, as the
+    # middleware asks it for a raw request target.
+    gw = gateway(server.port, policy(_routes(), RULES))
+    above = await gw.decide("GET", "/../r", [])
+    assert above is not None and above.status == 400
+    assert json.loads(above.body)["title"] == "Bad Request"
+    assert await gw.decide("GET", "/elsewhere", []) is None
+    assert metric(gw, "rl_gateway_unmatched_total") == 1
+
+
 async def test_admit_then_refuse_with_headers_and_problem_body(server):
     gw = gateway(server.port, policy(_routes(), RULES))
     h = {"x-user": "ann", "x-tenant": "acme1"}

@@ -296,7 +296,9 @@ export class Gateway {
     if (verdict.background.length) sendEach(rl, verdict.background, this.logger, verdict.route);
     this.log(verdict.log);
     this.events();
-    if (verdict.route === undefined) return null;
+    // No route and no answer of its own: it passes untouched (a path above the root has no
+    // route either, and is answered 400).
+    if (verdict.route === undefined && verdict.status === undefined) return null;
     if (verdict.status !== undefined) return { status: verdict.status, headers: verdict.headers, body: verdict.problem };
     return { status: 200, headers: verdict.headers };
   }

@@ -388,7 +388,8 @@ class Gateway:
 
     async def decide(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
                      peer: str | None = None, request: Any = None) -> Outcome | None:
-        """The decision for one request, None when no route matches (it passes untouched).
+        """The decision for one request, None when it passes untouched (no route matched and
+        the default has no rules).
         `headers` are the ASGI (name, value) pairs; `request` (the ASGI scope, from the
         middleware and the dependency alike) is handed to `identify`."""
         timeout = self.engine.store_timeout_us / 1e6
@@ -397,13 +398,16 @@ class Gateway:
             # The loop is two store timeouts late: this request would miss its deadline
             # before its first call was sent. Shed it, without asking anyone who it is.
             shed = self.engine.shed(method, path, headers, peer)
-            return None if shed.route is None else Outcome(self, self.client, shed, None, 0)
+            untouched = shed.route is None and shed.status is None
+            return None if untouched else Outcome(self, self.client, shed, None, 0)
         user = tenant = None
         if self.identify is not None:
             user, tenant = await self.identify(request)
         started = now_us()
         pending, step = self.engine.begin(method, path, headers, peer, started, user, tenant)
-        if type(step) is Verdict and step.route is None:
+        # No route and no answer of its own: it passes untouched (a path above the root has no
+        # route either, and is answered 400).
+        if type(step) is Verdict and step.route is None and step.status is None:
             return None
         store = self._store_for(pending)
         try:

@@ -1349,7 +1349,7 @@ var Gateway = class {
     if (verdict.background.length) sendEach(rl, verdict.background, this.logger, verdict.route);
     this.log(verdict.log);
     this.events();
-    if (verdict.route === void 0) return null;
+    if (verdict.route === void 0 && verdict.status === void 0) return null;
     if (verdict.status !== void 0) return { status: verdict.status, headers: verdict.headers, body: verdict.problem };
     return { status: 200, headers: verdict.headers };
   }

@@ -17,7 +17,7 @@ export declare class Engine {
   /**
    * The verdict for a request the driver sheds before deciding it, its own process being
    * saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
-   * breaker failure. A request no route matches passes.
+   * breaker failure. A request no route matches passes when the default has no rules.
    */
   shed(request: RequestIn, headers: object): VerdictOut
   /** Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`. */
@@ -123,7 +123,8 @@ export interface EngineOptions {
 export interface EventOut {
   /**
    * `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-   * `route_mode`, `store_mode` or `unknown_plan` (a plan header naming no plan).
+   * `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan) or `unmatched` (a
+   * request no route matched).
    */
   type: string
   route?: string

@@ -426,12 +426,6 @@ impl Metrics {
                 escape(route)
             );
         }
-        header(
-            &mut out,
-            "rl_gateway_store_mode",
-            "gauge",
-            "1 for the store's implementation of the commands (module or script), 0 for the other.",
-        );
         // Always shown: a rise is a route renamed or removed, and 0 is what an alert compares.
         header(
             &mut out,
@@ -520,6 +514,14 @@ impl Metrics {
             }
         }
         drop(shadows);
+        // Each family's lines follow its own header: the plans', overrides' and shadows'
+        // families come before this one, never inside it.
+        header(
+            &mut out,
+            "rl_gateway_store_mode",
+            "gauge",
+            "1 for the store's implementation of the commands (module or script), 0 for the other.",
+        );
         let store_mode = *self.store_mode.lock().unwrap_or_else(|p| p.into_inner());
         // Nothing is claimed before the first store call has detected the mode.
         if let Some(current) = store_mode {

@@ -189,7 +189,7 @@ fn a_loaded_policy_sets_its_version_and_route_modes() {
     let tail = text
         .split("# HELP rl_gateway_policy_version")
         .nth(1)
-        .and_then(|t| t.split("# HELP rl_gateway_store_mode").next())
+        .and_then(|t| t.split("# HELP rl_gateway_unmatched_total").next())
         .unwrap();
     assert_eq!(
         tail,

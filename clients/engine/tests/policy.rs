@@ -381,6 +381,7 @@ fn keys_render_identity_and_anonymous_and_cannot_escape_their_tag() {
         plan: Some(b"free"),
         headers: None,
         path: &[],
+        hash: None,
     };
     assert_eq!(t.render(&id), "{t:atlas}:read:17:10.0.0.1:GET /catalog");
     let by_plan = KeyTemplate::parse("{t:${tenant}}:${plan}").unwrap();

@@ -4,6 +4,7 @@ statuses, headers, bodies, store calls and metrics it states. A port of the refe
 clients/engine/tests/vectors.rs; the format is clients/vectors/README.md."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,21 +17,25 @@ START_US = 1_767_225_600_000_000
 UNITS = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
 
 
+def _read(f):
+    # A file's `env` holds the variables its documents read (the identity hash key).
+    doc = json.loads(f.read_text())
+    os.environ.update(doc.get("env", {}))
+    return doc
+
+
 def _policy_cases():
-    # policies.json is moving into policies/; both places are read while it does.
-    files = sorted((VECTORS / "policies").glob("*.json")) + [VECTORS / "policies.json"]
     out = []
-    for f in files:
-        if f.is_file():
-            doc = json.loads(f.read_text())
-            out += [pytest.param(case, id=f"{f.name}:{case['name']}") for case in doc["policies"]]
+    for f in sorted((VECTORS / "policies").glob("*.json")):
+        doc = _read(f)
+        out += [pytest.param(case, id=f"{f.name}:{case['name']}") for case in doc["policies"]]
     return out
 
 
 def _scenarios():
     out = []
     for f in sorted((VECTORS / "scenarios").glob("*.json")):
-        doc = json.loads(f.read_text())
+        doc = _read(f)
         for s in doc["scenarios"]:
             out.append(pytest.param(s, doc.get("policies", {}), id=f"{f.name}:{s['name']}"))
     return out

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use rl_core::rule::{Algo, Rule};
 
+use crate::identity::IdentityHash;
 use crate::time::Instant;
 
 /// Why a policy was not loaded. The previous snapshot stays in force whatever the error.
@@ -107,6 +108,8 @@ pub struct Identity {
     /// policy says otherwise, since one IPv6 host owns a /64.
     pub ipv4_prefix: u8,
     pub ipv6_prefix: u8,
+    /// `identity.hash`: identities enter keys as their keyed hash, never raw.
+    pub hash: Option<IdentityHash>,
 }
 
 impl Identity {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::identity::Headers;
+use crate::identity::{Headers, IdentityHash};
 
 // ---- Key templates ----
 
@@ -47,6 +47,8 @@ pub struct RequestIdentity<'a> {
     pub headers: Option<&'a dyn Headers>,
     /// The route's captures, for `${path.NAME}`.
     pub path: &'a [(&'a str, &'a str)],
+    /// `identity.hash`: identities (not the route's or plan's names) are rendered hashed.
+    pub hash: Option<&'a IdentityHash>,
 }
 
 pub const ANONYMOUS: &str = "anonymous";
@@ -208,8 +210,16 @@ impl KeyTemplate {
                             .map(|(_, v)| v.as_bytes()),
                         Part::Text(_) => None,
                     }
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or(ANONYMOUS.as_bytes());
+                    .filter(|s| !s.is_empty());
+                    let identity = !matches!(part, Part::Var(Var::Route | Var::Plan));
+                    match (value, id.hash) {
+                        (Some(value), Some(hash)) if identity => {
+                            hash.write(value, &mut out);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    let value = value.unwrap_or(ANONYMOUS.as_bytes());
                     for chunk in value.utf8_chunks() {
                         for c in chunk.valid().chars() {
                             match c {

@@ -18,6 +18,7 @@ use super::{
     invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy, PolicyError,
     RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
 };
+use crate::identity::{IdentityHash, MIN_HASH_KEY};
 use crate::time::Instant;
 
 // ---- The document as written ----
@@ -60,6 +61,41 @@ struct RawIdentity {
     trusted_proxies: Vec<String>,
     ipv4_prefix: Option<u64>,
     ipv6_prefix: Option<u64>,
+    hash: Option<RawHash>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHash {
+    key_env: String,
+}
+
+impl RawHash {
+    /// The key is read from the environment when the policy loads, so it is never in the
+    /// document (which is published, diffed and logged) and a reload can rotate it.
+    fn validate(&self) -> Result<IdentityHash, PolicyError> {
+        let path = "identity.hash.key_env";
+        let name = self.key_env.as_str();
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(invalid(path, "must name an environment variable"));
+        }
+        let Some(key) = std::env::var_os(name) else {
+            return Err(invalid(
+                path,
+                format!("the variable {name} is not set (it holds the identity hash key)"),
+            ));
+        };
+        let key = key.as_encoded_bytes();
+        IdentityHash::new(name, key).ok_or_else(|| {
+            invalid(
+                path,
+                format!(
+                    "the variable {name} holds {} bytes; an identity hash key needs at least {MIN_HASH_KEY} (e.g. 32 random bytes in hex)",
+                    key.len()
+                ),
+            )
+        })
+    }
 }
 
 #[derive(Deserialize, Clone)]
@@ -177,6 +213,12 @@ impl RawPolicy {
             user: self.identity.user,
             tenant: self.identity.tenant,
             plan: self.identity.plan,
+            hash: self
+                .identity
+                .hash
+                .as_ref()
+                .map(RawHash::validate)
+                .transpose()?,
             trusted_proxies: self
                 .identity
                 .trusted_proxies

@@ -216,6 +216,7 @@ impl Pending {
             plan: plan_name,
             headers: Some(request.headers),
             path: &captures,
+            hash: policy.identity.hash.as_ref(),
         };
         // Each rule with the caller's numbers: an override's, its plan's, or its own.
         let overrides = policy.overrides.of(tenant);

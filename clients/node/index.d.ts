@@ -188,17 +188,20 @@ export class PolicyStore {
   read(): string;
 }
 export interface GatewayEvent {
-  type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode';
+  type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode'
+    | 'unknown_plan' | 'unmatched' | 'decision_records_dropped';
   route?: string; rule?: string; outcome?: string; result?: string; seconds?: number; state?: string; version?: number;
-  mode?: string;
+  mode?: string; count?: number;
 }
 export interface GatewayOptions {
   store: Store | RL;
   policy: PolicyStore | string | object;
   durableStore?: Store | RL;
   legacyHeaders?: boolean;
-  /** Share of requests whose decisions are logged, 0 to 1 (default 0.01). */
+  /** Share of admissions whose decision is recorded, 0 to 1 (default 0.001); every other decision is. */
   logSample?: number;
+  /** The most decision records a second (default 100); the rest are counted, not written. */
+  logPerSecond?: number;
   logger?: Logger;
   hook?(event: GatewayEvent): void;
   identify?(request: GatewayRequest): Promise<{ user?: string; tenant?: string } | undefined> | { user?: string; tenant?: string } | undefined;

@@ -106,6 +106,8 @@ pub enum Event<'a> {
     UnknownPlan,
     /// A request no route matched, decided by the policy's `default` (section 8.4).
     Unmatched,
+    /// Decision records not written: past the bound of records a second (section 8.7).
+    RecordsDropped(u64),
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -144,6 +146,7 @@ pub struct Metrics {
     store_mode: Mutex<Option<Mode>>,
     unknown_plan: AtomicU64,
     unmatched: AtomicU64,
+    records_dropped: AtomicU64,
     // Whether the policy in force has plans (the unknown-plan counter is shown only then).
     plans: AtomicBool,
     // The rule and expiry of each override of the policy in force, for the gauge of active
@@ -199,6 +202,7 @@ impl Metrics {
             store_mode: Mutex::new(None),
             unknown_plan: AtomicU64::new(0),
             unmatched: AtomicU64::new(0),
+            records_dropped: AtomicU64::new(0),
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
@@ -261,6 +265,9 @@ impl Metrics {
             }
             Event::Unmatched => {
                 self.unmatched.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::RecordsDropped(n) => {
+                self.records_dropped.fetch_add(n, Ordering::Relaxed);
             }
         }
         if let Some(hook) = &self.hook {
@@ -437,6 +444,18 @@ impl Metrics {
             out,
             "rl_gateway_unmatched_total {}",
             self.unmatched.load(Ordering::Relaxed)
+        );
+        // Always shown: records are the evidence of a refusal, and their loss must be visible.
+        header(
+            &mut out,
+            "rl_gateway_decision_records_dropped_total",
+            "counter",
+            "Decision records not written, past the bound of records a second.",
+        );
+        let _ = writeln!(
+            out,
+            "rl_gateway_decision_records_dropped_total {}",
+            self.records_dropped.load(Ordering::Relaxed)
         );
         if self.plans.load(Ordering::Relaxed) {
             header(

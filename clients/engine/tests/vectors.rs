@@ -135,6 +135,7 @@ impl Run {
         let options = Options {
             legacy_headers: o["legacy_headers"].as_bool().unwrap_or(false),
             log_sample: o["log_sample"].as_f64().unwrap_or(0.0),
+            log_per_second: o["log_per_second"].as_u64().unwrap_or(100),
             seed: o["seed"].as_u64().unwrap_or(1),
             table_bytes: o["table_bytes"]
                 .as_u64()
@@ -271,7 +272,7 @@ impl Run {
         };
         if step.get("shed").and_then(Value::as_bool) == Some(true) {
             // The driver sheds the request before deciding it: no store call at all.
-            let verdict = self.engine.shed(&req);
+            let verdict = self.engine.shed(&req, self.now());
             return self.check_verdict(step, &verdict, &Script::new(None));
         }
         let started = self.now;
@@ -409,7 +410,18 @@ impl Run {
             let got: Vec<Value> = v
                 .log
                 .iter()
-                .map(|r| json!({"rule": r.rule, "outcome": r.outcome, "level": format!("{:?}", r.level).to_lowercase()}))
+                .map(|r| {
+                    json!({
+                        "rule": r.rule,
+                        "outcome": r.outcome,
+                        "level": format!("{:?}", r.level).to_lowercase(),
+                        "reason": r.reason,
+                        "route": r.route,
+                        "plan": r.plan,
+                        "policy_version": r.policy_version,
+                        "decision": r.decision,
+                    })
+                })
                 .collect();
             matches(l, &Value::Array(got), "log")?;
         }

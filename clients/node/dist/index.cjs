@@ -1220,7 +1220,8 @@ async function sendEach(rl, calls, logger, route) {
 var Gateway = class {
   // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, or a policy document
   // as text or object), `durableStore` (connections of their own for durable routes),
-  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `tableBytes` (each local table's
+  // `legacyHeaders`, `logSample` (the share of admissions recorded, 0 to 1, default 0.001),
+  // `logPerSecond` (the most decision records a second, default 100), `tableBytes` (each local table's
   // bound in bytes, default 32 MiB), `logger`, `hook(event)`, `identify(request)` (async,
   // `{ user, tenant }`).
   constructor(options) {
@@ -1232,7 +1233,8 @@ var Gateway = class {
     try {
       this.engine = new Engine(this.policies.text, {
         legacyHeaders: Boolean(options.legacyHeaders),
-        logSample: options.logSample ?? 0.01,
+        logSample: options.logSample ?? 1e-3,
+        logPerSecond: options.logPerSecond,
         tableBytes: options.tableBytes,
         seed: (0, import_node_crypto4.randomBytes)(6).readUIntBE(0, 6),
         events: Boolean(this.hook)
@@ -1308,7 +1310,7 @@ var Gateway = class {
     const request = { method: req.method, path: req.path, latin1: true, peer: req.peer, caseInsensitive: req.caseInsensitive };
     const headers = req.headersDistinct ?? req.headers;
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
-      return this.answer(this.engine.shed(request, headers));
+      return this.answer(this.engine.shed(request, headers, nowUs()));
     }
     if (this.identify && this.engine.routed(req.method, req.path, req.caseInsensitive)) {
       const c = await this.identify(req) ?? {};
@@ -1323,7 +1325,7 @@ var Gateway = class {
       if (step.kind === "wait") {
         await sleep((step.until - nowUs()) / 1e3);
         if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, headers);
+          const shed = this.engine.shed(request, headers, nowUs());
           sendEach(rl, pending.abandon(), this.logger, shed.route);
           return this.answer(shed, rl);
         }
@@ -1356,7 +1358,15 @@ var Gateway = class {
   // Decision records; never a key or an identity.
   log(records) {
     for (const r of records) {
-      const entry = { route: r.route, rule: r.rule, policy_version: r.policyVersion, outcome: r.outcome };
+      const entry = {
+        reason: r.reason,
+        route: r.route,
+        rule: r.rule,
+        plan: r.plan,
+        policy_version: r.policyVersion,
+        outcome: r.outcome,
+        decision: r.decision
+      };
       if (r.level === "warn") this.logger.warn?.(r.message, entry);
       else this.logger.info?.(r.message, entry);
     }

@@ -19,7 +19,7 @@ export declare class Engine {
    * saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
    * breaker failure. A request no route matches passes when the default has no rules.
    */
-  shed(request: RequestIn, headers: object): VerdictOut
+  shed(request: RequestIn, headers: object, nowUs: number): VerdictOut
   /** Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`. */
   storeMode(mode: string): void
   /** The events recorded since the last call (with `events: true`), oldest first. */
@@ -102,7 +102,10 @@ export interface CallOut {
 
 export interface EngineOptions {
   legacyHeaders?: boolean
+  /** The share of admissions recorded (every other decision is); 0.001 by default. */
   logSample?: number
+  /** The most decision records a second (the rest are counted, not written); 100 by default. */
+  logPerSecond?: number
   /** Seeds the engine's randomness (jitter, sampling, holder ids); an integer below 2^53. */
   seed?: number
   /** Keeps every metrics event for `events()` (the application's hook). */
@@ -123,8 +126,8 @@ export interface EngineOptions {
 export interface EventOut {
   /**
    * `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-   * `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan) or `unmatched` (a
-   * request no route matched).
+   * `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan), `unmatched` (a
+   * request no route matched) or `decision_records_dropped` (`count` records past the bound).
    */
   type: string
   route?: string
@@ -135,6 +138,7 @@ export interface EventOut {
   state?: string
   version?: number
   mode?: string
+  count?: number
 }
 
 /** The policy document's version, or its refusal with the exact message of the contract. */
@@ -143,10 +147,16 @@ export declare function loadPolicy(text: string): number
 export interface LogOut {
   level: string
   message: string
+  /** `refuse:<rule>`, `refuse_cached:<rule>`, `unavailable:deny`, `unmatched`, ... */
+  reason: string
   route: string
   rule: string
+  /** The caller's plan; empty when the policy has none. */
+  plan: string
   policyVersion: number
   outcome: string
+  /** The request's id, shared by its records. */
+  decision: string
 }
 
 /** A request; its headers are `begin`'s second argument. */

@@ -128,7 +128,7 @@ class Run {
     if (!policy) throw new Error(`no policy named ${scenario.policy}`);
     const o = scenario.options ?? {};
     this.engine = new Engine(JSON.stringify(policy), { legacyHeaders: o.legacy_headers ?? false, logSample: o.log_sample ?? 0,
-      seed: o.seed ?? 1, tableBytes: o.table_bytes, nowUs: START_US });
+      logPerSecond: o.log_per_second ?? 100, seed: o.seed ?? 1, tableBytes: o.table_bytes, nowUs: START_US });
     this.store = new MemoryStore();
     this.now = START_US;
     this.pending = new Map();
@@ -207,7 +207,7 @@ class Run {
       caseInsensitive: r.case_insensitive ?? false };
     if (step.shed) {
       // The driver sheds the request before deciding it: no store call at all.
-      this.checkVerdict(step.expect, this.engine.shed(request, headers), new Script(undefined));
+      this.checkVerdict(step.expect, this.engine.shed(request, headers, this.now), new Script(undefined));
       return;
     }
     const pending = this.engine.begin(request, headers, this.now);
@@ -281,7 +281,8 @@ class Run {
     if ('calls' in want) matches(want.calls, script.made, 'calls');
     if ('deadlines_ms' in want) matches(want.deadlines_ms, script.deadlines.map((us) => Math.floor(us / 1000)), 'deadlines_ms');
     if ('background' in want) expectCalls(want.background, v.background);
-    if ('log' in want) matches(want.log, v.log.map((r) => ({ rule: r.rule, outcome: r.outcome, level: r.level })), 'log');
+    if ('log' in want) matches(want.log, v.log.map((r) => ({ level: r.level, reason: r.reason, route: r.route, rule: r.rule, plan: r.plan,
+      policy_version: r.policyVersion, outcome: r.outcome, decision: r.decision })), 'log');
   }
 
   checkMetrics(want) {

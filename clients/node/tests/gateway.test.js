@@ -307,4 +307,21 @@ describe('gateway', () => {
     assert.deepEqual(decisions.map((l) => [l.rule, l.outcome, l.policy_version]), [['read', 'admit', 1], ['tenant', 'admit', 1]]);
     assert.ok(!JSON.stringify(lines).includes('secret'));
   });
+
+  test('decision logs: a refusal and an unmatched request are recorded with their reason, plan and id', async () => {
+    const lines = [];
+    const logger = { info: (msg, entry) => lines.push(entry), warn: (msg, entry) => lines.push(entry), error() {} };
+    await withGateway(async ({ url }) => {
+      const h = { 'x-user': 'rec', 'x-tenant': 'rec' };
+      const statuses = [];
+      for (let i = 0; i < 4; i++) statuses.push((await get(`${url}/hourly`, h)).status);
+      assert.deepEqual(statuses, [200, 200, 200, 429]);
+      await get(`${url}/nowhere`, h);
+    }, { gateway: { logger, logSample: 0 } });
+    const records = lines.filter((l) => l?.reason);
+    assert.deepEqual(records.map((l) => [l.reason, l.route, l.rule, l.plan]),
+      [['refuse:hourly', 'GET /hourly', 'hourly', ''], ['unmatched', 'default', '', '']]);
+    assert.match(records[0].decision, /^[0-9a-f]{16}$/);
+    assert.notEqual(records[0].decision, records[1].decision);
+  });
 });

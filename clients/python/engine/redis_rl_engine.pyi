@@ -80,8 +80,10 @@ class Verdict:
     @property
     def background(self) -> List[Call]: ...
     @property
-    def log(self) -> List[Tuple[str, str, str, str, int, str]]:
-        """(level `info`/`warn`, message, route, rule, policy version, outcome)."""
+    def log(self) -> List[Dict[str, Union[str, int]]]:
+        """Decision records: `level` (`info`/`warn`), `message`, `reason` (`refuse:<rule>`,
+        `unavailable:deny`, `unmatched`, ...), `route`, `rule`, `plan`, `policy_version`,
+        `outcome`, `decision` (the request's id)."""
 
 Step = Union[Calls, Wait, Verdict]
 
@@ -110,13 +112,15 @@ class Pending:
 class Engine:
     """One per process and store, shared by every request."""
 
-    def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.01,
-                 seed: Optional[int] = None,
+    def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.001,
+                 log_per_second: int = 100, seed: Optional[int] = None,
                  metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None,
                  table_bytes: Optional[int] = None, now: Optional[int] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
         `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`,
-        `unknown_plan`). `table_bytes` bounds each local table in bytes (32 MiB by default).
+        `unknown_plan`, `unmatched`, `decision_records_dropped`). `log_sample`: the share of
+        admissions recorded (every other decision is); `log_per_second`: the most decision
+        records a second, the rest counted. `table_bytes` bounds each local table in bytes (32 MiB by default).
         `now` (Unix microseconds) is when the policy is loaded, by default the system clock's:
         an override may expire at most 90 days after it."""
     def begin(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
@@ -125,7 +129,7 @@ class Engine:
               case_insensitive: bool = False) -> Tuple[Pending, Step]: ...
     def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
     def shed(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
-             peer: Optional[str], user: Optional[str] = None,
+             peer: Optional[str], now: int, user: Optional[str] = None,
              tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
         `shed`, no store call; a request no route matches passes when the default has no rules."""

@@ -223,7 +223,9 @@ class Run:
         o = scenario.get("options", {})
         self.engine = engine.Engine(json.dumps(policy),
                                     legacy_headers=o.get("legacy_headers", False),
-                                    log_sample=o.get("log_sample", 0.0), seed=o.get("seed", 1),
+                                    log_sample=o.get("log_sample", 0.0),
+                                    log_per_second=o.get("log_per_second", 100),
+                                    seed=o.get("seed", 1),
                                     table_bytes=o.get("table_bytes"), now=START_US)
         self.store = engine.MemoryStore()
         self.now = START_US
@@ -289,7 +291,7 @@ class Run:
         if step.get("shed"):
             # The driver sheds the request before deciding it: no store call at all.
             verdict = self.engine.shed(r.get("method", "GET"), r["path"], headers,
-                                       r.get("peer", "192.0.2.1"), caller.get("user"),
+                                       r.get("peer", "192.0.2.1"), self.now, caller.get("user"),
                                        caller.get("tenant"), r.get("case_insensitive", False))
             self.check_verdict(step, verdict, Script(None))
             return
@@ -377,8 +379,7 @@ class Run:
         if "background" in want:
             expect_calls(want["background"], v.background)
         if "log" in want:
-            got_log = [{"rule": rule, "outcome": outcome, "level": level}
-                       for level, _, _, rule, _, outcome in v.log]
+            got_log = [{k: v for k, v in r.items() if k != "message"} for r in v.log]
             matches(want["log"], got_log, "log")
 
     def check_metrics(self, want):

@@ -281,6 +281,22 @@ async def test_decision_logs_never_carry_identities(server, caplog):
     assert not any("secret" in r.getMessage() for r in records)
 
 
+async def test_refusals_and_unmatched_requests_are_recorded_with_their_reason(server, caplog):
+    gw = gateway(server.port, policy(_routes(), RULES), log_sample=0.0)
+    h = {"x-user": "rec", "x-tenant": "rec"}
+    with caplog.at_level("INFO", logger="redis_rl.decision"):
+        async with http(gw) as c:
+            statuses = [(await c.get("/r", headers=h)).status_code for _ in range(3)]
+            await c.get("/nowhere", headers=h)
+    assert statuses == [200, 200, 429]
+    records = [r for r in caplog.records if r.name == "redis_rl.decision"]
+    assert [r.reason for r in records] == ["refuse:user", "unmatched"]
+    refused, unmatched = records
+    assert (refused.route, refused.rule, refused.outcome) == ("GET /r", "user", "refuse")
+    assert (unmatched.route, unmatched.rule) == ("default", "")
+    assert len(refused.decision) == 16 and refused.decision != unmatched.decision
+
+
 async def test_legacy_headers_and_jittered_retry_after(server):
     gw = gateway(server.port, policy(_routes(), RULES, retry_after_jitter=0.5),
                  legacy_headers=True)

@@ -101,6 +101,9 @@ rl_gateway_route_mode{route="GET /catalog",mode="fallback"} 1
 # HELP rl_gateway_unmatched_total Requests no route matched, decided by the policy's default.
 # TYPE rl_gateway_unmatched_total counter
 rl_gateway_unmatched_total 0
+# HELP rl_gateway_decision_records_dropped_total Decision records not written, past the bound of records a second.
+# TYPE rl_gateway_decision_records_dropped_total counter
+rl_gateway_decision_records_dropped_total 0
 # HELP rl_gateway_store_mode 1 for the store's implementation of the commands (module or script), 0 for the other.
 # TYPE rl_gateway_store_mode gauge
 rl_gateway_store_mode{mode="module"} 0

@@ -31,7 +31,7 @@ use crate::cache::NegativeCache;
 use crate::fallback::Fallback;
 use crate::identity::Headers;
 use crate::metrics::{Event, Metrics};
-use crate::policy::{Policy, PolicyError, Routed};
+use crate::policy::{Policy, PolicyError, Routed, DEFAULT_NAME};
 use crate::rng::Rng;
 use crate::table::{Table, TableUse};
 use crate::time::Instant;
@@ -107,9 +107,11 @@ pub enum Step {
 pub struct Options {
     /// Also send `X-RateLimit-Limit/Remaining/Reset` for the most constraining rule.
     pub legacy_headers: bool,
-    /// The share of requests whose decisions are logged (0 to 1): admissions without the
-    /// store and shadow refusals always are.
+    /// The share of admissions whose decision is logged (0 to 1); every other decision is.
     pub log_sample: f64,
+    /// The most decision records written a second (the rest are counted, not written): a
+    /// flood of refusals must not become a flood of log lines.
+    pub log_per_second: u64,
     /// Seeds the engine's randomness (jitter, ramp, sampling, ids).
     pub seed: u64,
     /// The bytes each table may hold (the negative cache, the chunks, each route's fallback
@@ -122,7 +124,8 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             legacy_headers: false,
-            log_sample: 0.01,
+            log_sample: 0.001,
+            log_per_second: 100,
             seed: 0,
             table_bytes: DEFAULT_TABLE_BYTES,
         }
@@ -132,6 +135,9 @@ impl Default for Options {
 /// Each table's byte budget unless the driver says otherwise: 100,000 negative-cache entries
 /// of 200-byte keys fit in it.
 pub const DEFAULT_TABLE_BYTES: usize = 32 << 20;
+
+/// Separates the decision ids' sequence from the decisions' own for one seed.
+const IDS_SEED: u64 = 0x5EED_0F1D_5EED_0F1D;
 
 /// The engine: one per process and store, shared by every request.
 #[derive(Clone)]
@@ -154,6 +160,11 @@ pub(crate) struct Shared {
     entries: NonZeroUsize,
     options: Options,
     rng: Rng,
+    // Decision ids, apart from `rng` so that logging draws nothing from the sequence the
+    // decisions use: a SplitMix64 sequence never repeats within 2^64 draws.
+    ids: Rng,
+    // The records written in the current second: (second, count).
+    records: Mutex<(u64, u64)>,
 }
 
 /// Tokens leased with `RL.GRANT`, spent locally until `until`.
@@ -198,6 +209,8 @@ impl Engine {
                     ..options
                 },
                 rng: Rng::new(options.seed),
+                ids: Rng::new(options.seed ^ IDS_SEED),
+                records: Mutex::new((0, 0)),
             }),
         }
     }
@@ -229,22 +242,24 @@ impl Engine {
 
     /// Starts deciding a request at `now`: its state, and the first step.
     pub fn begin(&self, request: &Request<'_>, now: Instant) -> (Pending, Step) {
-        Pending::begin(Arc::clone(&self.shared), request, now)
+        let (pending, step) = Pending::begin(Arc::clone(&self.shared), request, now);
+        (pending, self.shared.seal(step, now))
     }
 
     /// Feeds the answers to the last step's calls (none after a `Wait`) and answers the next
     /// step.
     pub fn resume(&self, pending: &mut Pending, answers: Vec<Answer>, now: Instant) -> Step {
-        pending.resume(answers, now)
+        let step = pending.resume(answers, now);
+        self.shared.seal(step, now)
     }
 
     /// The verdict for a request the driver sheds before deciding it, because its own process
     /// is saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
     /// breaker failure. A request no route matches, when the default has no rules, passes as it
     /// would anyway.
-    pub fn shed(&self, request: &Request<'_>) -> Verdict {
+    pub fn shed(&self, request: &Request<'_>, now: Instant) -> Verdict {
         let policy = self.shared.policy.load_full();
-        match policy.route(request.method, request.path, request.case_insensitive) {
+        let verdict = match policy.route(request.method, request.path, request.case_insensitive) {
             Routed::Route { route, .. } => {
                 if route.is_default() {
                     self.shared.metrics.record(Event::Unmatched);
@@ -257,9 +272,14 @@ impl Engine {
             }
             Routed::Unmatched => {
                 self.shared.metrics.record(Event::Unmatched);
-                Verdict::pass(policy.version)
+                Verdict::unmatched(policy.version)
             }
             Routed::AboveRoot => Verdict::above_root(policy.version),
+        };
+        match self.shared.seal(Step::Done(verdict), now) {
+            Step::Done(verdict) => verdict,
+            // `seal` changes only the records of a verdict.
+            _ => Verdict::pass(policy.version),
         }
     }
 
@@ -296,6 +316,50 @@ impl Shared {
                 f
             }
         }
+    }
+
+    /// Completes a verdict's decision records: the `unmatched` record of a request the default
+    /// decided, the plan and a decision id on each; then the bound of records a second, past
+    /// which a request's records are dropped whole and counted.
+    fn seal(&self, step: Step, now: Instant) -> Step {
+        let Step::Done(mut verdict) = step else {
+            return step;
+        };
+        if verdict.route.as_deref() == Some(DEFAULT_NAME) {
+            verdict
+                .log
+                .insert(0, LogRecord::unmatched(verdict.policy_version));
+        }
+        let bounded = verdict.log.iter().filter(|r| r.bounded()).count() as u64;
+        if bounded > 0 && !self.may_write(bounded, now) {
+            verdict.log.retain(|r| !r.bounded());
+            self.metrics.record(Event::RecordsDropped(bounded));
+        }
+        if verdict.log.is_empty() {
+            return Step::Done(verdict);
+        }
+        let decision = format!("{:016x}", self.ids.u64());
+        let plan = verdict.plan.clone().unwrap_or_default();
+        for record in &mut verdict.log {
+            record.decision.clone_from(&decision);
+            record.plan.clone_from(&plan);
+        }
+        Step::Done(verdict)
+    }
+
+    /// Whether `n` more records fit in this second's bound, counting them if they do.
+    fn may_write(&self, n: u64, now: Instant) -> bool {
+        let second = now.as_micros() / 1_000_000;
+        let mut records = lock(&self.records);
+        if records.0 != second {
+            *records = (second, 0);
+        }
+        let total = records.1.saturating_add(n);
+        if total > self.options.log_per_second {
+            return false;
+        }
+        records.1 = total;
+        true
     }
 
     fn timeout(&self, policy: &Policy) -> Duration {

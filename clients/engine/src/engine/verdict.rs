@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Call, Shared, RETRY_AFTER};
 use crate::headers::{self, HeaderOutcome, HeaderRule};
 use crate::metrics::{Event, Outcome};
-use crate::policy::{OnStoreError, Policy, Route, RuleKind, RuleSpec};
+use crate::policy::{OnStoreError, Policy, Route, RuleKind, RuleSpec, DEFAULT_NAME};
 use crate::problem::{self, Problem};
 use crate::time::{millis, Instant};
 use crate::wire::Error;
@@ -38,17 +38,75 @@ pub enum LogLevel {
     Warn,
 }
 
-/// A decision record: route, rule, policy version and outcome, never a key or an identity
-/// (keys are rendered from identities). The driver writes it to its logging library.
+/// A decision record (`clients/CONTRACT.md` section 8.7): why the request ended as it did, the
+/// route, rule, plan and policy version, never a key or an identity (keys are rendered from
+/// identities). The driver writes it to its logging library.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRecord {
     pub level: LogLevel,
     pub message: &'static str,
+    /// The reason code: `refuse:<rule>`, `refuse_cached:<rule>`, `unavailable:deny`,
+    /// `unavailable:open`, `fallback_admit`, `fallback_refuse`, `error:<rule>`,
+    /// `shadow_refuse:<rule>`, `shadow_alarm:<rule>`, `unmatched`, `shed`, `reject:<status>` or
+    /// `admit` (sampled).
+    pub reason: String,
     pub route: String,
+    /// The rule the record is about; empty for one about the request (`unmatched`, `shed`,
+    /// `reject:*`).
     pub rule: String,
+    /// The caller's plan; empty when the policy has no plans.
+    pub plan: String,
     pub policy_version: u64,
     pub outcome: &'static str,
+    /// 16 hex digits shared by the records of one request, unique within the process.
+    pub decision: String,
 }
+
+impl LogRecord {
+    /// A record of a request's decision; its plan and decision id are set once the verdict
+    /// is complete.
+    pub(crate) fn new(
+        level: LogLevel,
+        message: &'static str,
+        reason: String,
+        route: &str,
+        rule: &str,
+        policy_version: u64,
+        outcome: &'static str,
+    ) -> LogRecord {
+        LogRecord {
+            level,
+            message,
+            reason,
+            route: route.to_string(),
+            rule: rule.to_string(),
+            plan: String::new(),
+            policy_version,
+            outcome,
+            decision: String::new(),
+        }
+    }
+
+    /// The record of a request no route matched, which the policy's default decided.
+    pub(crate) fn unmatched(policy_version: u64) -> LogRecord {
+        LogRecord::new(
+            LogLevel::Info,
+            "no route matched: the default decided",
+            "unmatched".to_string(),
+            DEFAULT_NAME,
+            "",
+            policy_version,
+            "unmatched",
+        )
+    }
+
+    /// Alarms are once per rule and snapshot, so they are never dropped for the bound.
+    pub(crate) fn bounded(&self) -> bool {
+        self.outcome != SHADOW_ALARM
+    }
+}
+
+const SHADOW_ALARM: &str = "shadow_alarm";
 
 /// The engine's answer for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +121,8 @@ pub struct Verdict {
     pub problem: Option<Problem>,
     /// The matched route's name.
     pub route: Option<String>,
+    /// The caller's plan, when the policy has plans and the request got as far as resolving it.
+    pub plan: Option<String>,
     pub policy_version: u64,
     /// Calls to send after answering (releases, refunds); their replies do not matter.
     pub background: Vec<Call>,
@@ -72,35 +132,58 @@ pub struct Verdict {
 
 impl Verdict {
     pub(crate) fn identity_too_long(policy_version: u64, route: &str) -> Verdict {
+        Verdict::reject(
+            policy_version,
+            Some(route),
+            431,
+            problem::identity_too_long(),
+        )
+    }
+
+    /// 414: a path segment a key takes (`${path.NAME}`) is over 256 bytes.
+    pub(crate) fn segment_too_long(policy_version: u64, route: &str) -> Verdict {
+        Verdict::reject(
+            policy_version,
+            Some(route),
+            414,
+            problem::segment_too_long(),
+        )
+    }
+
+    /// 400: a path that climbs above the root (`/../x`) names no resource; matching it to a
+    /// route would let `..` pick which route's rules apply.
+    pub(crate) fn above_root(policy_version: u64) -> Verdict {
+        Verdict::reject(policy_version, None, 400, problem::above_root())
+    }
+
+    /// A request that cannot be decided as sent, answered before any store call.
+    fn reject(policy_version: u64, route: Option<&str>, status: u16, problem: Problem) -> Verdict {
+        let record = LogRecord::new(
+            LogLevel::Info,
+            "the request cannot be decided as sent",
+            format!("reject:{status}"),
+            route.unwrap_or_default(),
+            "",
+            policy_version,
+            "reject",
+        );
         Verdict {
             kind: VerdictKind::Reject,
-            status: Some(431),
-            problem: Some(problem::identity_too_long()),
-            route: Some(route.to_string()),
+            status: Some(status),
+            problem: Some(problem),
+            route: route.map(str::to_string),
+            log: vec![record],
             ..Verdict::pass(policy_version)
         }
     }
 
     /// The request goes on untouched: no route, no headers (what a driver answers for a
     /// request it no longer has the state of).
-    /// 414: a path segment a key takes (`${path.NAME}`) is over 256 bytes.
-    pub(crate) fn segment_too_long(policy_version: u64, route: &str) -> Verdict {
+    /// A request no route matched, under a default with no rules: it passes untouched, and is
+    /// recorded.
+    pub(crate) fn unmatched(policy_version: u64) -> Verdict {
         Verdict {
-            kind: VerdictKind::Reject,
-            status: Some(414),
-            problem: Some(problem::segment_too_long()),
-            route: Some(route.to_string()),
-            ..Verdict::pass(policy_version)
-        }
-    }
-
-    /// 400: a path that climbs above the root (`/../x`) names no resource; matching it to a
-    /// route would let `..` pick which route's rules apply.
-    pub(crate) fn above_root(policy_version: u64) -> Verdict {
-        Verdict {
-            kind: VerdictKind::Reject,
-            status: Some(400),
-            problem: Some(problem::above_root()),
+            log: vec![LogRecord::unmatched(policy_version)],
             ..Verdict::pass(policy_version)
         }
     }
@@ -113,6 +196,7 @@ impl Verdict {
             headers: Vec::new(),
             problem: None,
             route: None,
+            plan: None,
             policy_version,
             background: Vec::new(),
             log: Vec::new(),
@@ -155,8 +239,10 @@ pub(crate) struct Ctx {
     pub(crate) route: Arc<Route>,
     pub(crate) keyed: Vec<Keyed>,
     pub(crate) has_user: bool,
-    /// Whether this request's decisions are in the sampled decision log.
+    /// Whether this request's admissions are in the decision log (a sample of them is).
     pub(crate) sampled: bool,
+    /// The caller's plan's name, when the policy has plans.
+    pub(crate) plan: Option<String>,
 }
 
 impl Ctx {
@@ -169,6 +255,7 @@ impl Ctx {
             kind,
             outcome: Some(outcome),
             route: Some(self.route.name().to_string()),
+            plan: self.plan.clone(),
             ..Verdict::pass(self.policy.version)
         }
     }
@@ -305,6 +392,15 @@ impl Shared {
             headers: vec![(RETRY_AFTER, seconds.to_string())],
             problem: Some(problem::gateway_overloaded()),
             route: Some(route.name().to_string()),
+            log: vec![LogRecord::new(
+                LogLevel::Warn,
+                "shed: the gateway is saturated",
+                "shed".to_string(),
+                route.name(),
+                "",
+                policy.version,
+                Outcome::Shed.name(),
+            )],
             ..Verdict::pass(policy.version)
         }
     }
@@ -451,21 +547,62 @@ impl Shared {
             rule: &k.rule.name,
             outcome,
         });
-        let (level, message) = match outcome {
-            Outcome::OpenAdmit => (LogLevel::Warn, "admitted without the store"),
-            Outcome::ShadowRefuse => (LogLevel::Info, "a shadow rule would have refused"),
-            Outcome::Error => (LogLevel::Warn, "the module refused a store call"),
-            _ if ctx.sampled => (LogLevel::Info, "decision"),
-            _ => return,
+        let rule = k.rule.name.as_str();
+        let (level, message, reason) = match outcome {
+            Outcome::Admit if !ctx.sampled => return,
+            Outcome::Admit => (LogLevel::Info, "admitted", "admit".to_string()),
+            Outcome::Refuse => (LogLevel::Info, "refused", format!("refuse:{rule}")),
+            Outcome::RefuseCached => (
+                LogLevel::Info,
+                "refused from the negative cache",
+                format!("refuse_cached:{rule}"),
+            ),
+            Outcome::UnavailableDeny => (
+                LogLevel::Warn,
+                "refused: the store cannot answer",
+                "unavailable:deny".to_string(),
+            ),
+            Outcome::OpenAdmit => (
+                LogLevel::Warn,
+                "admitted without the store",
+                "unavailable:open".to_string(),
+            ),
+            Outcome::FallbackAdmit => (
+                LogLevel::Info,
+                "admitted by the local fallback",
+                "fallback_admit".to_string(),
+            ),
+            Outcome::FallbackRefuse => (
+                LogLevel::Info,
+                "refused by the local fallback",
+                "fallback_refuse".to_string(),
+            ),
+            Outcome::ShadowRefuse => (
+                LogLevel::Info,
+                "a shadow rule would have refused",
+                format!("shadow_refuse:{rule}"),
+            ),
+            Outcome::Error => (
+                LogLevel::Warn,
+                "the module refused a store call",
+                format!("error:{rule}"),
+            ),
+            Outcome::UnreplicatedAdmit => (
+                LogLevel::Warn,
+                "admitted, not acknowledged by a replica in time",
+                format!("unreplicated:{rule}"),
+            ),
+            Outcome::Shed | Outcome::Exempt => return,
         };
-        log.push(LogRecord {
+        log.push(LogRecord::new(
             level,
             message,
-            route: ctx.route.name().to_string(),
-            rule: k.rule.name.clone(),
-            policy_version: ctx.policy.version,
-            outcome: outcome.name(),
-        });
+            reason,
+            ctx.route.name(),
+            rule,
+            ctx.policy.version,
+            outcome.name(),
+        ));
     }
 
     /// Counts the shadow rules' answers, and watches those that declare `expect_refusals`: the
@@ -486,14 +623,15 @@ impl Shared {
             if k.rule.expect_refusals.is_some()
                 && self.metrics.shadow_evaluated(&k.rule.name, refused)
             {
-                log.push(LogRecord {
-                    level: LogLevel::Warn,
-                    message: "a shadow rule refuses more than ten times the share it expects",
-                    route: ctx.route.name().to_string(),
-                    rule: k.rule.name.clone(),
-                    policy_version: ctx.policy.version,
-                    outcome: "shadow_alarm",
-                });
+                log.push(LogRecord::new(
+                    LogLevel::Warn,
+                    "a shadow rule refuses more than ten times the share it expects",
+                    format!("shadow_alarm:{}", k.rule.name),
+                    ctx.route.name(),
+                    &k.rule.name,
+                    ctx.policy.version,
+                    SHADOW_ALARM,
+                ));
             }
         }
     }

@@ -11,6 +11,8 @@ mod template;
 mod validate;
 mod validate_route;
 
+pub use validate_route::DEFAULT_NAME;
+
 pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
 pub use routes::{Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};

@@ -40,10 +40,16 @@ pub(crate) fn calls_out(calls: Vec<Call>) -> Vec<CallOut> {
 pub struct LogOut {
     pub level: String,
     pub message: String,
+    /// `refuse:<rule>`, `refuse_cached:<rule>`, `unavailable:deny`, `unmatched`, ...
+    pub reason: String,
     pub route: String,
     pub rule: String,
+    /// The caller's plan; empty when the policy has none.
+    pub plan: String,
     pub policy_version: f64,
     pub outcome: String,
+    /// The request's id, shared by its records.
+    pub decision: String,
 }
 
 #[napi(object)]
@@ -117,10 +123,13 @@ pub(crate) fn verdict_out(v: Verdict) -> VerdictOut {
             .map(|r| LogOut {
                 level: format!("{:?}", r.level).to_lowercase(),
                 message: r.message.to_string(),
+                reason: r.reason,
                 route: r.route,
                 rule: r.rule,
+                plan: r.plan,
                 policy_version: r.policy_version as f64,
                 outcome: r.outcome.to_string(),
+                decision: r.decision,
             })
             .collect(),
     }

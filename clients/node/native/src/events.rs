@@ -9,8 +9,8 @@ use rl_engine::metrics::{Event, MetricsHook};
 #[napi(object)]
 pub struct EventOut {
     /// `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
-    /// `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan) or `unmatched` (a
-    /// request no route matched).
+    /// `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan), `unmatched` (a
+    /// request no route matched) or `decision_records_dropped` (`count` records past the bound).
     pub r#type: String,
     pub route: Option<String>,
     pub rule: Option<String>,
@@ -20,6 +20,7 @@ pub struct EventOut {
     pub state: Option<String>,
     pub version: Option<f64>,
     pub mode: Option<String>,
+    pub count: Option<f64>,
 }
 
 /// Events kept until the driver hands them to the hook: the engine records them inside
@@ -39,6 +40,7 @@ impl MetricsHook for Queue {
             state: None,
             version: None,
             mode: None,
+            count: None,
         };
         let kind = match *event {
             Event::Decision {
@@ -79,6 +81,10 @@ impl MetricsHook for Queue {
             }
             Event::UnknownPlan => "unknown_plan",
             Event::Unmatched => "unmatched",
+            Event::RecordsDropped(n) => {
+                e.count = Some(n as f64);
+                "decision_records_dropped"
+            }
         };
         e.r#type = kind.to_string();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);

@@ -34,7 +34,10 @@ pub fn load_policy(text: String) -> Result<f64> {
 #[napi(object)]
 pub struct EngineOptions {
     pub legacy_headers: Option<bool>,
+    /// The share of admissions recorded (every other decision is); 0.001 by default.
     pub log_sample: Option<f64>,
+    /// The most decision records a second (the rest are counted, not written); 100 by default.
+    pub log_per_second: Option<f64>,
     /// Seeds the engine's randomness (jitter, sampling, holder ids); an integer below 2^53.
     pub seed: Option<f64>,
     /// Keeps every metrics event for `events()` (the application's hook).
@@ -112,6 +115,9 @@ impl Engine {
         let options = options.map_or(defaults, |o| Options {
             legacy_headers: o.legacy_headers.unwrap_or(defaults.legacy_headers),
             log_sample: o.log_sample.unwrap_or(defaults.log_sample),
+            log_per_second: o
+                .log_per_second
+                .map_or(defaults.log_per_second, |n| n.max(0.0) as u64),
             seed: o.seed.map_or(defaults.seed, |s| s.max(0.0) as u64),
             // A float from JS: negative or NaN is no room at all, past usize the most there is.
             table_bytes: o
@@ -165,8 +171,10 @@ impl Engine {
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
     /// breaker failure. A request no route matches passes when the default has no rules.
     #[napi]
-    pub fn shed(&self, request: RequestIn, headers: Object) -> Result<VerdictOut> {
-        with_request(request, &headers, |req| verdict_out(self.engine.shed(req)))
+    pub fn shed(&self, request: RequestIn, headers: Object, now_us: f64) -> Result<VerdictOut> {
+        with_request(request, &headers, |req| {
+            verdict_out(self.engine.shed(req, instant(now_us)))
+        })
     }
 
     /// Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`.

@@ -154,7 +154,8 @@ async function sendEach(rl, calls, logger, route) {
 export class Gateway {
   // Options: `store` (a client, adapter or RL), `policy` (a PolicyStore, or a policy document
   // as text or object), `durableStore` (connections of their own for durable routes),
-  // `legacyHeaders`, `logSample` (0 to 1, default 0.01), `tableBytes` (each local table's
+  // `legacyHeaders`, `logSample` (the share of admissions recorded, 0 to 1, default 0.001),
+  // `logPerSecond` (the most decision records a second, default 100), `tableBytes` (each local table's
   // bound in bytes, default 32 MiB), `logger`, `hook(event)`, `identify(request)` (async,
   // `{ user, tenant }`).
   constructor(options) {
@@ -165,7 +166,7 @@ export class Gateway {
     this.policies = options.policy instanceof PolicyStore ? options.policy : new PolicyStore(options.policy);
     try {
       this.engine = new Engine(this.policies.text, { legacyHeaders: Boolean(options.legacyHeaders),
-        logSample: options.logSample ?? 0.01, tableBytes: options.tableBytes, seed: randomBytes(6).readUIntBE(0, 6),
+        logSample: options.logSample ?? 0.001, logPerSecond: options.logPerSecond, tableBytes: options.tableBytes, seed: randomBytes(6).readUIntBE(0, 6),
         events: Boolean(this.hook) });
     } catch (err) {
       throw new PolicyError(err.message);
@@ -247,7 +248,7 @@ export class Gateway {
     const headers = req.headersDistinct ?? req.headers;
     // Shed before any work when the loop runs too late to read this request's replies in time.
     if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
-      return this.answer(this.engine.shed(request, headers));
+      return this.answer(this.engine.shed(request, headers, nowUs()));
     }
     // A request that passes untouched (no route, a default without rules) is not looked up either.
     if (this.identify && this.engine.routed(req.method, req.path, req.caseInsensitive)) {
@@ -267,7 +268,7 @@ export class Gateway {
         // loop ran late, it is the gateway's overload: what the request took is given back (as
         // after a failure, the probe slot freed) and it is shed.
         if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, headers);
+          const shed = this.engine.shed(request, headers, nowUs());
           sendEach(rl, pending.abandon(), this.logger, shed.route);
           return this.answer(shed, rl);
         }
@@ -306,7 +307,8 @@ export class Gateway {
   // Decision records; never a key or an identity.
   log(records) {
     for (const r of records) {
-      const entry = { route: r.route, rule: r.rule, policy_version: r.policyVersion, outcome: r.outcome };
+      const entry = { reason: r.reason, route: r.route, rule: r.rule, plan: r.plan, policy_version: r.policyVersion,
+        outcome: r.outcome, decision: r.decision };
       if (r.level === 'warn') this.logger.warn?.(r.message, entry);
       else this.logger.info?.(r.message, entry);
     }

@@ -13,7 +13,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{IntoPyDict, PyBytes, PyList, PyString};
+use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyList, PyString};
 use rl_engine::metrics::{Event, Metrics, MetricsHook};
 use rl_engine::{Caller, Headers, Instant, LogLevel, Mode, Options, Policy, PolicyError, Request};
 
@@ -91,21 +91,25 @@ struct Engine {
 
 #[pymethods]
 impl Engine {
-    /// `policy`: the JSON document. `seed` fixes the engine's randomness (jitter, sampling,
-    /// ids); by default it is drawn from the OS. `metrics_hook(name, labels, value)` is called
+    /// `policy`: the JSON document. `log_sample` is the share of admissions recorded (every
+    /// other decision is), `log_per_second` the most records a second (the rest are counted,
+    /// not written). `seed` fixes the engine's randomness (jitter, sampling, ids); by default
+    /// it is drawn from the OS. `metrics_hook(name, labels, value)` is called
     /// for every metrics event, for the application's own metrics library. `table_bytes`
     /// bounds each local table in bytes (the negative cache, the chunks, each route's fallback
     /// limiters; 32 MiB by default). `now` (Unix microseconds) is when the policy is loaded,
     /// by default the system clock's now: an override may expire at most 90 days after it.
     #[new]
     #[pyo3(signature = (
-        policy, *, legacy_headers = false, log_sample = 0.01, seed = None, metrics_hook = None,
-        table_bytes = None, now = None
+        policy, *, legacy_headers = false, log_sample = 0.001, log_per_second = 100, seed = None,
+        metrics_hook = None, table_bytes = None, now = None
     ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         policy: &str,
         legacy_headers: bool,
         log_sample: f64,
+        log_per_second: u64,
         seed: Option<u64>,
         metrics_hook: Option<Py<PyAny>>,
         table_bytes: Option<usize>,
@@ -116,6 +120,7 @@ impl Engine {
         let options = Options {
             legacy_headers,
             log_sample,
+            log_per_second,
             seed: seed.unwrap_or_else(random_seed),
             table_bytes: table_bytes.unwrap_or(defaults.table_bytes),
         };
@@ -161,7 +166,7 @@ impl Engine {
     /// The verdict for a request the driver sheds before deciding it, its own process being
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call, no breaker
     /// failure. A request no route matches passes when the default has no rules.
-    #[pyo3(signature = (method, path, headers, peer, user = None, tenant = None, case_insensitive = false))]
+    #[pyo3(signature = (method, path, headers, peer, now, user = None, tenant = None, case_insensitive = false))]
     #[allow(clippy::too_many_arguments)]
     fn shed(
         &self,
@@ -170,6 +175,7 @@ impl Engine {
         path: &str,
         headers: &Bound<'_, PyAny>,
         peer: Option<&str>,
+        now: u64,
         user: Option<String>,
         tenant: Option<String>,
         case_insensitive: bool,
@@ -185,7 +191,7 @@ impl Engine {
             caller: caller.as_ref(),
             case_insensitive,
         };
-        verdict(py, self.inner.shed(&request))
+        verdict(py, self.inner.shed(&request, Instant::from_micros(now)))
     }
 
     /// Feeds the answers to the last step's calls (a reply as redis-py returned it, or an
@@ -314,6 +320,7 @@ impl MetricsHook for PyHook {
             ),
             Event::UnknownPlan => ("unknown_plan", Vec::new(), 1.0),
             Event::Unmatched => ("unmatched", Vec::new(), 1.0),
+            Event::RecordsDropped(n) => ("decision_records_dropped", Vec::new(), n as f64),
         };
         // Events come from calls made by Python (begin, resume, store_mode), so the
         // interpreter is attached already; a hook that raises is reported, never propagated
@@ -464,7 +471,8 @@ struct Verdict {
     /// Calls to send after answering (releases, refunds); their replies do not matter.
     #[pyo3(get)]
     background: Py<PyList>,
-    /// Decision records: (level `info`/`warn`, message, route, rule, policy version, outcome).
+    /// Decision records, each a dict: `level` (`info`/`warn`), `message`, `reason`, `route`,
+    /// `rule`, `plan`, `policy_version`, `outcome`, `decision` (the request's id).
     #[pyo3(get)]
     log: Py<PyList>,
 }
@@ -500,23 +508,24 @@ fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
             .iter()
             .map(|(k, val)| (PyString::new(py, k), PyString::new(py, val))),
     )?;
-    let log = PyList::new(
-        py,
-        v.log.iter().map(|r| {
-            let level = match r.level {
-                LogLevel::Info => "info",
-                LogLevel::Warn => "warn",
-            };
-            (
-                level,
-                r.message,
-                r.route.as_str(),
-                r.rule.as_str(),
-                r.policy_version,
-                r.outcome,
-            )
-        }),
-    )?;
+    let log = PyList::empty(py);
+    for r in &v.log {
+        let record = PyDict::new(py);
+        let level = match r.level {
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+        };
+        record.set_item("level", level)?;
+        record.set_item("message", r.message)?;
+        record.set_item("reason", r.reason.as_str())?;
+        record.set_item("route", r.route.as_str())?;
+        record.set_item("rule", r.rule.as_str())?;
+        record.set_item("plan", r.plan.as_str())?;
+        record.set_item("policy_version", r.policy_version)?;
+        record.set_item("outcome", r.outcome)?;
+        record.set_item("decision", r.decision.as_str())?;
+        log.append(record)?;
+    }
     let kind = match v.kind {
         rl_engine::VerdictKind::Admit => "admit",
         rl_engine::VerdictKind::Refuse => "refuse",

@@ -235,6 +235,7 @@ impl<C: RlConnection + 'static> Limit<C> {
             headers: Vec::new(),
             problem: None,
             route: Some(self.name.clone()),
+            plan: None,
             policy_version: 0,
             background: Vec::new(),
             log: Vec::new(),

@@ -168,12 +168,23 @@ impl<C: RlConnection + 'static> Gateway<C> {
         self
     }
 
-    /// Logs the decisions of this share of requests (0 to 1; 1 % by default) as `tracing`
-    /// events of target [`DECISION_LOG`]. Admissions without the store (`allow`) and shadow
-    /// refusals are logged every time.
+    /// Records the decisions of this share of admissions (0 to 1; 0.1 % by default) as
+    /// `tracing` events of target [`DECISION_LOG`]. Every other decision (refusals, postures,
+    /// unmatched, rejected and shed requests) is recorded every time, within the bound of
+    /// [`Gateway::with_decision_records_per_second`].
     pub fn with_decision_log_sample(self, share: f64) -> Gateway<C> {
         let options = Options {
             log_sample: share,
+            ..self.options
+        };
+        self.with_options(options)
+    }
+
+    /// Writes at most this many decision records a second (100 by default); the rest are
+    /// counted in `rl_gateway_decision_records_dropped_total`.
+    pub fn with_decision_records_per_second(self, records: u64) -> Gateway<C> {
+        let options = Options {
+            log_per_second: records,
             ..self.options
         };
         self.with_options(options)
@@ -383,21 +394,24 @@ pub(crate) async fn send_each<C: RlConnection>(rl: &Rl<C>, calls: Vec<Call>) {
 /// Decision records as `tracing` events; never a key or an identity.
 fn log(records: &[LogRecord]) {
     for r in records {
-        let (route, rule, policy_version, outcome) = (
+        let (reason, route, rule, plan, policy_version, outcome, decision) = (
+            r.reason.as_str(),
             r.route.as_str(),
             r.rule.as_str(),
+            r.plan.as_str(),
             r.policy_version,
             r.outcome,
+            r.decision.as_str(),
         );
         match r.level {
             LogLevel::Warn => tracing::warn!(
                 target: DECISION_LOG,
-                route, rule, policy_version, outcome,
+                reason, route, rule, plan, policy_version, outcome, decision,
                 "{}", r.message
             ),
             LogLevel::Info => tracing::info!(
                 target: DECISION_LOG,
-                route, rule, policy_version, outcome,
+                reason, route, rule, plan, policy_version, outcome, decision,
                 "{}", r.message
             ),
         }

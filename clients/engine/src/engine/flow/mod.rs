@@ -150,7 +150,7 @@ impl Pending {
                 } => (Arc::clone(route), captures),
                 Routed::Unmatched => {
                     pending.shared.metrics.record(Event::Unmatched);
-                    let verdict = super::Verdict::pass(policy.version);
+                    let verdict = super::Verdict::unmatched(policy.version);
                     return (pending, Step::Done(verdict));
                 }
                 Routed::AboveRoot => {
@@ -202,7 +202,7 @@ impl Pending {
         });
         let plan_name = plan
             .zip(policy.plans.as_ref())
-            .map(|(p, plans)| plans.name(p).as_bytes());
+            .map(|(p, plans)| plans.name(p));
         let ip = route
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))
@@ -213,7 +213,7 @@ impl Pending {
             tenant,
             ip: ip.as_deref().map(str::as_bytes),
             route: Some(route.name().as_bytes()),
-            plan: plan_name,
+            plan: plan_name.map(str::as_bytes),
             headers: Some(request.headers),
             path: &captures,
             hash: policy.identity.hash.as_ref(),
@@ -239,12 +239,14 @@ impl Pending {
             .map(|key| idempotency_id(tenant, route.name(), key))
             .unwrap_or_default();
         pending.keyed_id = !pending.id.is_empty();
+        let plan_name = plan_name.map(str::to_string);
         let ctx = Ctx {
             policy,
             route,
             keyed,
             has_user: user.is_some(),
             sampled,
+            plan: plan_name,
         };
         let shared = Arc::clone(&pending.shared);
         if let Some(verdict) = shared.refuse_cached(&ctx, now) {

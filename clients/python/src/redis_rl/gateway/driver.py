@@ -197,11 +197,14 @@ class _LoopLag:
 _LEVELS = {"info": logging.INFO, "warn": logging.WARNING}
 
 
-def _log(records: Sequence[tuple[str, str, str, str, int, str]]) -> None:
-    """Decision records on the logger `redis_rl.decision`; never a key or an identity."""
-    for level, message, route, rule, version, outcome in records:
-        fields = {"route": route, "rule": rule, "policy_version": version, "outcome": outcome}
-        decision_log.log(_LEVELS[level], "%s %s", message, fields, extra=fields)
+def _log(records: Sequence[dict]) -> None:
+    """Decision records on the logger `redis_rl.decision`, their fields (`reason`, `route`,
+    `rule`, `plan`, `policy_version`, `outcome`, `decision`) in the message and as the
+    record's attributes; never a key or an identity."""
+    for record in records:
+        fields = {k: v for k, v in record.items() if k not in ("level", "message")}
+        decision_log.log(_LEVELS[record["level"]], "%s %s", record["message"], fields,
+                         extra=fields)
 
 
 class Outcome:
@@ -283,16 +286,19 @@ class Gateway:
     default)."""
 
     def __init__(self, client: AsyncClient, policy: PolicyInput, *,
-                 legacy_headers: bool = False, log_sample: float = 0.01,
-                 identify: Identify | None = None, durable_connections: int = 0,
+                 legacy_headers: bool = False, log_sample: float = 0.001,
+                 log_per_second: int = 100, identify: Identify | None = None, durable_connections: int = 0,
                  metrics_hook: MetricsHook | None = None, seed: int | None = None,
                  table_bytes: int | None = None):
         if not 0 <= log_sample <= 1:
             raise ValueError("log_sample must be in [0, 1]")
+        if log_per_second < 0:
+            raise ValueError("log_per_second must not be negative")
         self.client = client
         self._file = None if isinstance(policy, dict) else policy
         self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
-                                    log_sample=log_sample, seed=seed, metrics_hook=metrics_hook,
+                                    log_sample=log_sample, log_per_second=log_per_second,
+                                    seed=seed, metrics_hook=metrics_hook,
                                     table_bytes=table_bytes)
         self._warn()
         self.identify = identify
@@ -397,7 +403,9 @@ class Gateway:
         if self._lag.since(now - timeout) >= 2 * timeout:
             # The loop is two store timeouts late: this request would miss its deadline
             # before its first call was sent. Shed it, without asking anyone who it is.
-            shed = self.engine.shed(method, path, headers, peer)
+            shed = self.engine.shed(method, path, headers, peer, now_us())
+            if shed.log:
+                _log(shed.log)
             untouched = shed.route is None and shed.status is None
             return None if untouched else Outcome(self, self.client, shed, None, 0)
         user = tenant = None
@@ -408,6 +416,8 @@ class Gateway:
         # No route and no answer of its own: it passes untouched (a path above the root has no
         # route either, and is answered 400).
         if type(step) is Verdict and step.route is None and step.status is None:
+            if step.log:
+                _log(step.log)
             return None
         store = self._store_for(pending)
         try:

@@ -109,6 +109,48 @@ pub fn above_root() -> Problem {
     }
 }
 
+/// 502: a proxy's upstream refused the connection or broke it before answering.
+pub fn upstream_unreachable() -> Problem {
+    Problem {
+        status: 502,
+        body: json!({
+            "type": "about:blank",
+            "title": "Bad Gateway",
+            "status": 502,
+            "detail": "The upstream service could not be reached.",
+        })
+        .to_string(),
+    }
+}
+
+/// 504: a proxy's upstream did not answer in time.
+pub fn upstream_timeout() -> Problem {
+    Problem {
+        status: 504,
+        body: json!({
+            "type": "about:blank",
+            "title": "Gateway Timeout",
+            "status": 504,
+            "detail": "The upstream service did not answer in time.",
+        })
+        .to_string(),
+    }
+}
+
+/// 400: a forward-auth request that does not say which request it describes.
+pub fn undescribed_request() -> Problem {
+    Problem {
+        status: 400,
+        body: json!({
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "detail": "A forward-auth request names the original method and URI in X-Forwarded-Method and X-Forwarded-Uri (or X-Original-Method and X-Original-URI).",
+        })
+        .to_string(),
+    }
+}
+
 /// 500: the module refused a store call. The deployment's bug, not the caller's: the body
 /// says so without the store's text (which may name keys, and so identities).
 pub fn store_refused(_error: &str) -> Problem {

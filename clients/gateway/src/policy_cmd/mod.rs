@@ -1,0 +1,1 @@
+//! `rl-gateway policy check` and `policy diff` (CONTRACT.md section 11).

@@ -1,0 +1,1 @@
+//! Envoy rate limit service v3 (CONTRACT.md section 10).

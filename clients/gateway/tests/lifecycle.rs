@@ -1,0 +1,209 @@
+//! rl-gateway in front of a real Redis with the module: the admin face (`/healthz`, `/readyz`,
+//! `/metrics`, `POST /-/reload`), SIGHUP, a start while Redis is down, and SIGTERM draining a
+//! request in flight and releasing its slot.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use serde_json::json;
+use support::{policy_file, upstream, write_policy, Gateway};
+
+fn policy(version: u64, prefix: &str) -> serde_json::Value {
+    json!({
+        "version": version,
+        "identity": {"user": "x-user"},
+        "rules": {
+            "user": {"key": format!("{prefix}:u:${{user}}"), "limit": 100, "period": "1m"},
+            "slots": {"key": format!("{prefix}:slots"), "concurrency": 1, "lease": "30s"}
+        },
+        "routes": [
+            {"method": "GET", "path": "/orders/{id}", "rules": ["user"],
+             "on_store_error": {"mode": "deny"}},
+            {"method": "POST", "path": "/export", "rules": ["slots"]}
+        ],
+        "store": {"timeout": "200ms", "breaker": {"failures": 1000, "open": "1s"}},
+        "default": {"rules": []}
+    })
+}
+
+fn start(port: u16, file: &std::path::Path, upstream: &str) -> Gateway {
+    Gateway::start(&[
+        "--policy",
+        file.to_str().unwrap(),
+        "--store",
+        &format!("redis://127.0.0.1:{port}"),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        upstream,
+        "--admin",
+        "127.0.0.1:0",
+    ])
+}
+
+/// Polls `check` until it holds, for at most 20 s: what the test waits for, not how long.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn metric(gw: &Gateway, series: &str) -> Option<String> {
+    let text = reqwest::get(format!("{}/metrics", gw.url("admin")))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')
+            .map(str::to_string)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_face_reports_and_reloads_and_sighup_reloads_too() {
+    let redis = Server::start();
+    let (up, _) = upstream().await;
+    let file = policy_file(&policy(1, "adm"));
+    let gw = start(redis.port, &file, &up);
+    let admin = gw.url("admin");
+    assert_eq!(
+        reqwest::get(format!("{admin}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{admin}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let r = reqwest::Client::new()
+        .get(format!("{}/orders/1", gw.url("proxy")))
+        .header("x-user", "ann")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let admitted =
+        r#"rl_gateway_decisions_total{route="GET /orders/{id}",rule="user",outcome="admit"}"#;
+    assert_eq!(metric(&gw, admitted).await.as_deref(), Some("1"));
+    // The decision went to the store: its key is there.
+    let mut c = redis.conn();
+    let exists: i64 = redis::cmd("EXISTS").arg("adm:u:ann").query(&mut c).unwrap();
+    assert_eq!(exists, 1);
+
+    let reload = || {
+        reqwest::Client::new()
+            .post(format!("{admin}/-/reload"))
+            .send()
+    };
+    let same = reload().await.unwrap();
+    assert_eq!(same.status(), 409);
+    std::fs::write(&file, "{\"version\": 2,").unwrap();
+    let invalid = reload().await.unwrap();
+    assert_eq!(invalid.status(), 400);
+    let body: serde_json::Value = invalid.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("line 1"), "{body}");
+    write_policy(&file, &policy(2, "adm"));
+    let ok = reload().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        ok.json::<serde_json::Value>().await.unwrap(),
+        json!({"version": 2})
+    );
+
+    write_policy(&file, &policy(3, "adm"));
+    gw.signal("HUP");
+    eventually("SIGHUP puts version 3 in force", async || {
+        metric(&gw, "rl_gateway_policy_version").await.as_deref() == Some("3")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn started_while_redis_is_down_it_listens_answers_its_posture_and_recovers() {
+    let mut redis = Server::start();
+    redis.stop();
+    let (up, _) = upstream().await;
+    let file = policy_file(&policy(1, "down"));
+    let gw = start(redis.port, &file, &up);
+    let admin = gw.url("admin");
+    assert_eq!(
+        reqwest::get(format!("{admin}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{admin}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let order = || {
+        reqwest::Client::new()
+            .get(format!("{}/orders/1", gw.url("proxy")))
+            .header("x-user", "ann")
+            .send()
+    };
+    assert_eq!(order().await.unwrap().status(), 503);
+    redis.start_again();
+    eventually("ready once Redis is up", async || {
+        reqwest::get(format!("{admin}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    eventually("decisions return to the store", async || {
+        order().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_request_in_flight_finish_and_releases_its_slot() {
+    let redis = Server::start();
+    let (up, seen) = upstream().await;
+    let file = policy_file(&policy(1, "drain"));
+    let gw = start(redis.port, &file, &up);
+    let url = format!("{}/export?ms=1500", gw.url("proxy"));
+    let in_flight = tokio::spawn(async move {
+        let r = reqwest::Client::new().post(url).send().await.unwrap();
+        (r.status(), r.headers().get("ratelimit").is_some())
+    });
+    eventually("the upstream has the request", async || {
+        !seen.lock().unwrap().is_empty()
+    })
+    .await;
+    let mut c = redis.conn();
+    let held: Vec<redis::Value> = redis::cmd("RL.INFO")
+        .arg("drain:slots")
+        .query(&mut c)
+        .unwrap();
+    assert!(format!("{held:?}").contains("in_flight"), "{held:?}");
+    gw.signal("TERM");
+    let (status, _) = in_flight.await.unwrap();
+    assert_eq!(status, 200);
+    let (code, log) = gw.wait(Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{log}");
+    let info: redis::Value = redis::cmd("RL.INFO")
+        .arg("drain:slots")
+        .query(&mut c)
+        .unwrap();
+    // Released: the semaphore's key is gone (an empty semaphore is full capacity again).
+    assert_eq!(info, redis::Value::Nil, "{log}");
+}

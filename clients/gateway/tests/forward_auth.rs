@@ -1,0 +1,204 @@
+//! The shipped nginx and Caddy configurations (`examples/`), as they are but for their ports, in
+//! front of an upstream with rl-gateway's forward-auth face deciding: admissions reach the
+//! upstream with the RateLimit fields on the response, refusals are 429 with Retry-After.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{closed_port, policy_file, upstream, Gateway};
+
+fn policy() -> serde_json::Value {
+    json!({
+        "version": 1,
+        "identity": {"user": "x-user", "trusted_proxies": ["127.0.0.1"]},
+        "rules": {"user": {"key": "u:${user}", "limit": 2, "period": "1m"}},
+        "routes": [{"method": "GET", "path": "/orders/{id}", "rules": ["user"]}],
+        "default": {"rules": []}
+    })
+}
+
+/// A server process of the test, killed when dropped.
+struct Proxy(Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn example(name: &str) -> String {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    std::fs::read_to_string(file).unwrap()
+}
+
+/// The example with its three ports (the proxy's 8080, rl-gateway's 9001, the API's 9000)
+/// replaced by this test's.
+fn with_ports(text: &str, listen: u16, auth: u16, api: u16) -> String {
+    text.replace("127.0.0.1:8080", &format!("127.0.0.1:{listen}"))
+        .replace("127.0.0.1:9001", &format!("127.0.0.1:{auth}"))
+        .replace("127.0.0.1:9000", &format!("127.0.0.1:{api}"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rl-gateway-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+async fn wait_listening(port: u16, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(child.try_wait().unwrap().is_none(), "the proxy exited");
+        assert!(Instant::now() < deadline, "the proxy never listened");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn nginx(dir: &Path, site: &str) -> Child {
+    std::fs::write(dir.join("site.conf"), site).unwrap();
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  \
+         proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
+         uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  include {d}/site.conf;\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let binary = if Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    };
+    Command::new(binary)
+        .args(["-e", &format!("{d}/error.log"), "-p", &d.to_string(), "-c"])
+        .arg(dir.join("nginx.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn caddy(dir: &Path, caddyfile: &str) -> Child {
+    let file = dir.join("Caddyfile");
+    std::fs::write(&file, caddyfile).unwrap();
+    Command::new("caddy")
+        .args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&file)
+        .env("HOME", dir)
+        .env("XDG_DATA_HOME", dir)
+        .env("XDG_CONFIG_HOME", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn get(url: &str, user: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(url)
+        .header("x-user", user)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nginx_auth_request_as_shipped() {
+    let (api, seen) = upstream().await;
+    let file = policy_file(&policy());
+    let path = file.to_str().unwrap();
+    let gw = Gateway::start(&[
+        "--policy",
+        path,
+        "--store",
+        "memory://",
+        "--auth",
+        "127.0.0.1:0",
+        "--auth-deny-status",
+        "403",
+    ]);
+    let listen = closed_port();
+    let site = with_ports(
+        &example("nginx.conf"),
+        listen,
+        gw.faces["auth"].port(),
+        port_of(&api),
+    );
+    let dir = scratch("nginx");
+    let mut child = nginx(&dir, &site);
+    wait_listening(listen, &mut child).await;
+    let _nginx = Proxy(child);
+    let url = format!("http://127.0.0.1:{listen}/orders/7");
+    let ok = get(&url, "ann").await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["ratelimit-policy"], "\"user\";q=2;w=60");
+    assert_eq!(ok.headers()["ratelimit"], "\"user\";r=1;t=30");
+    assert_eq!(get(&url, "ann").await.status(), 200);
+    let refused = get(&url, "ann").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(get(&url, "bob").await.status(), 200);
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    // rl-gateway gone: nginx's auth request fails, and the caller is told the limiter is out.
+    drop(gw);
+    let out = get(&url, "cy").await;
+    assert_eq!(out.status(), 503);
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn caddy_forward_auth_as_shipped() {
+    let (api, seen) = upstream().await;
+    let file = policy_file(&policy());
+    let path = file.to_str().unwrap();
+    let gw = Gateway::start(&[
+        "--policy",
+        path,
+        "--store",
+        "memory://",
+        "--auth",
+        "127.0.0.1:0",
+    ]);
+    let listen = closed_port();
+    let caddyfile = with_ports(
+        &example("Caddyfile"),
+        listen,
+        gw.faces["auth"].port(),
+        port_of(&api),
+    );
+    let dir = scratch("caddy");
+    let mut child = caddy(&dir, &caddyfile);
+    wait_listening(listen, &mut child).await;
+    let _caddy = Proxy(child);
+    let url = format!("http://127.0.0.1:{listen}/orders/7");
+    let ok = get(&url, "ann").await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["ratelimit-policy"], "\"user\";q=2;w=60");
+    assert_eq!(ok.headers()["ratelimit"], "\"user\";r=1;t=30");
+    assert_eq!(get(&url, "ann").await.status(), 200);
+    let refused = get(&url, "ann").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["violated-policies"], json!(["user"]));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -4,7 +4,7 @@
 //! application's own metrics library.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -147,6 +147,8 @@ pub struct Metrics {
     unknown_plan: AtomicU64,
     unmatched: AtomicU64,
     records_dropped: AtomicU64,
+    // When the snapshot in force was published (Unix µs; 0: not published through a store).
+    published_at_us: AtomicU64,
     // Whether the policy in force has plans (the unknown-plan counter is shown only then).
     plans: AtomicBool,
     // The rule and expiry of each override of the policy in force, for the gauge of active
@@ -203,6 +205,7 @@ impl Metrics {
             unknown_plan: AtomicU64::new(0),
             unmatched: AtomicU64::new(0),
             records_dropped: AtomicU64::new(0),
+            published_at_us: AtomicU64::new(0),
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
@@ -273,6 +276,13 @@ impl Metrics {
         if let Some(hook) = &self.hook {
             hook.event(&event);
         }
+    }
+
+    /// When the snapshot in force was published (a gateway following a store): `/metrics` then
+    /// shows its age, which grows while a gateway cannot refresh.
+    pub fn policy_published(&self, at: Instant) {
+        self.published_at_us
+            .store(at.as_micros(), Ordering::Relaxed);
     }
 
     /// Records a newly loaded policy: its version and every route's posture. Routes a reload
@@ -409,16 +419,11 @@ impl Metrics {
                 u8::from(state == current)
             );
         }
-        header(
+        single(
             &mut out,
-            "rl_gateway_policy_version",
-            "gauge",
+            ("rl_gateway_policy_version", "gauge"),
             "Version of the policy in force.",
-        );
-        let _ = writeln!(
-            out,
-            "rl_gateway_policy_version {}",
-            self.policy_version.load(Ordering::Relaxed)
+            self.policy_version.load(Ordering::Relaxed),
         );
         header(
             &mut out,
@@ -434,40 +439,34 @@ impl Metrics {
             );
         }
         // Always shown: a rise is a route renamed or removed, and 0 is what an alert compares.
-        header(
+        single(
             &mut out,
-            "rl_gateway_unmatched_total",
-            "counter",
+            ("rl_gateway_unmatched_total", "counter"),
             "Requests no route matched, decided by the policy's default.",
+            self.unmatched.load(Ordering::Relaxed),
         );
-        let _ = writeln!(
-            out,
-            "rl_gateway_unmatched_total {}",
-            self.unmatched.load(Ordering::Relaxed)
-        );
+        let published = self.published_at_us.load(Ordering::Relaxed);
+        if published > 0 {
+            single(
+                &mut out,
+                ("rl_gateway_policy_age_seconds", "gauge"),
+                "Seconds since the snapshot in force was published.",
+                seconds(now.as_micros().saturating_sub(published)),
+            );
+        }
         // Always shown: records are the evidence of a refusal, and their loss must be visible.
-        header(
+        single(
             &mut out,
-            "rl_gateway_decision_records_dropped_total",
-            "counter",
+            ("rl_gateway_decision_records_dropped_total", "counter"),
             "Decision records not written, past the bound of records a second.",
-        );
-        let _ = writeln!(
-            out,
-            "rl_gateway_decision_records_dropped_total {}",
-            self.records_dropped.load(Ordering::Relaxed)
+            self.records_dropped.load(Ordering::Relaxed),
         );
         if self.plans.load(Ordering::Relaxed) {
-            header(
+            single(
                 &mut out,
-                "rl_gateway_unknown_plan_total",
-                "counter",
+                ("rl_gateway_unknown_plan_total", "counter"),
                 "Requests whose plan header named no plan of the policy (ignored).",
-            );
-            let _ = writeln!(
-                out,
-                "rl_gateway_unknown_plan_total {}",
-                self.unknown_plan.load(Ordering::Relaxed)
+                self.unknown_plan.load(Ordering::Relaxed),
             );
         }
         let overrides = self.overrides.lock().unwrap_or_else(|p| p.into_inner());
@@ -555,6 +554,12 @@ impl Metrics {
         }
         out
     }
+}
+
+/// A family of one unlabelled sample: its header, then its value.
+fn single(out: &mut String, (name, kind): (&str, &str), help: &str, value: impl fmt::Display) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -15,9 +15,14 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response, StatusCode};
 use redis_rl_client::engine::metrics::Metrics;
 
-/// Puts the policy file's snapshot in force: its version, or the status and message of the
-/// refusal (`409` for a version not higher than the one in force, `400` for an invalid one).
-pub type Reload = Arc<dyn Fn() -> Result<u64, (StatusCode, String)> + Send + Sync>;
+/// Puts the policy's next snapshot in force (the file re-read, or the store's read): its
+/// version, or the status and message of the refusal (`409` for a version not higher than the
+/// one in force, `400` for an invalid one, `503` for a store that cannot be read).
+pub type Reload = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, (StatusCode, String)>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Whether the store answers now.
 pub type Ready = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
@@ -76,7 +81,7 @@ async fn readyz(State(admin): State<Admin>) -> Response<Body> {
 }
 
 async fn reload_policy(State(admin): State<Admin>) -> Response<Body> {
-    let (status, body) = match (admin.reload)() {
+    let (status, body) = match (admin.reload)().await {
         Ok(version) => (StatusCode::OK, serde_json::json!({ "version": version })),
         Err((status, message)) => (status, serde_json::json!({ "error": message })),
     };

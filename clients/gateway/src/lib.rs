@@ -4,8 +4,10 @@
 
 pub mod admin;
 pub mod auth;
+pub mod follow;
 pub mod policy_cmd;
 pub mod proxy;
+pub mod published;
 pub mod rls;
 pub mod server;
 pub mod store;

@@ -21,7 +21,9 @@ use tokio::sync::watch;
 
 use rl_gateway::admin::{self, Ready, Reload};
 use rl_gateway::auth::{self, DenyStatus};
+use rl_gateway::follow::{self, Check};
 use rl_gateway::proxy::{self, Upstream};
+use rl_gateway::published;
 use rl_gateway::server::{self, Limits};
 use rl_gateway::store::{MemoryConnection, StoreUrl};
 
@@ -58,13 +60,36 @@ enum PolicyCommand {
         #[arg(long)]
         approve_cuts: bool,
     },
+    /// Stores a policy in Redis for the fleet, if its version is higher than the stored one.
+    Publish {
+        file: PathBuf,
+        /// redis://HOST:PORT
+        #[arg(long, value_name = "URL")]
+        store: String,
+        /// The store is a Redis Cluster.
+        #[arg(long)]
+        cluster: bool,
+        #[arg(long, default_value = published::DEFAULT_KEY)]
+        key: String,
+        /// Who publishes, recorded with the snapshot (default: $USER).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+    },
 }
 
 #[derive(Args)]
 struct Serve {
-    /// The policy file (JSON); SIGHUP and POST /-/reload re-read it.
+    /// The policy file (JSON), or store:KEY to follow what `policy publish` stores at KEY;
+    /// SIGHUP and POST /-/reload re-read it.
+    #[arg(long, value_name = "FILE|store:KEY")]
+    policy: Option<String>,
+    /// With --policy store:KEY: the last good snapshot, written on each change and read at a
+    /// start while Redis is down.
     #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
+    policy_cache: Option<PathBuf>,
+    /// With --policy store:KEY: how often the stored version is read besides the notices.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    policy_poll: Duration,
     /// redis://HOST:PORT, or memory:// for this process's own limits.
     #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379")]
     store: String,
@@ -108,19 +133,17 @@ fn duration(text: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logs();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
     match cli.command {
-        Some(Command::Policy(command)) => policy_command(command),
-        None => {
-            init_logs();
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime,
-                Err(e) => return fail(&format!("cannot start the runtime: {e}")),
-            };
-            match runtime.block_on(serve(cli.serve)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&e),
-            }
-        }
+        Some(Command::Policy(command)) => runtime.block_on(policy_command(command)),
+        None => match runtime.block_on(serve(cli.serve)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        },
     }
 }
 
@@ -140,9 +163,68 @@ fn init_logs() {
         .init();
 }
 
-fn policy_command(command: PolicyCommand) -> ExitCode {
-    let _ = command;
-    fail("policy subcommands are wired in with rl_gateway::policy_cmd")
+async fn policy_command(command: PolicyCommand) -> ExitCode {
+    match command {
+        PolicyCommand::Publish {
+            file,
+            store,
+            cluster,
+            key,
+            by,
+        } => publish(&file, &store, cluster, &key, by).await,
+        PolicyCommand::Check { .. } | PolicyCommand::Diff { .. } => {
+            fail("policy check and diff are wired in with rl_gateway::policy_cmd")
+        }
+    }
+}
+
+/// `policy publish`: 0 stored, 1 refused (a version not higher is in force), 2 invalid or the
+/// store unreachable.
+async fn publish(
+    file: &Path,
+    store: &str,
+    cluster: bool,
+    key: &str,
+    by: Option<String>,
+) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => return fail(&format!("{}: {e}", file.display())),
+    };
+    // Validated here as every gateway will: a fleet is never sent what it would refuse.
+    let policy = match Policy::from_json(&text) {
+        Ok(policy) => policy,
+        Err(e) => return fail(&format!("{}: {e}", file.display())),
+    };
+    let by = by
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".into());
+    let outcome = match published::Conn::open(store, cluster).await {
+        Ok(mut conn) => published::publish(&mut conn, key, policy.version, &text, &by).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(published::Published::Stored { version }) => {
+            println!("published version {version} at {key}");
+            ExitCode::SUCCESS
+        }
+        Ok(published::Published::Refused { current, by, at_ms }) => {
+            eprintln!(
+                "rl-gateway: version {} not published: version {current} is in force at {key} \
+                 (published by {by} at {})",
+                policy.version,
+                published::rfc3339(at_ms)
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// Where the policy comes from.
+enum Source {
+    File(PathBuf),
+    Store(follow::Source),
 }
 
 async fn serve(args: Serve) -> Result<(), String> {
@@ -152,11 +234,33 @@ async fn serve(args: Serve) -> Result<(), String> {
     let policy = args
         .policy
         .clone()
-        .ok_or("--policy FILE is required by --listen and --auth")?;
-    match StoreUrl::parse(&args.store)? {
+        .ok_or("--policy FILE (or store:KEY) is required by --listen and --auth")?;
+    let store = StoreUrl::parse(&args.store)?;
+    let source = match policy.strip_prefix("store:") {
+        Some(key) => {
+            let StoreUrl::Redis(url) = &store else {
+                return Err(
+                    "--policy store:KEY reads the policy from Redis: give --store redis://".into(),
+                );
+            };
+            Source::Store(follow::Source {
+                url: url.clone(),
+                cluster: args.cluster,
+                key: if key.is_empty() {
+                    published::DEFAULT_KEY.into()
+                } else {
+                    key.into()
+                },
+                cache: args.policy_cache.clone(),
+                poll: args.policy_poll,
+            })
+        }
+        None => Source::File(PathBuf::from(policy)),
+    };
+    match store {
         StoreUrl::Memory => {
             let ready: Ready = Arc::new(|| Box::pin(async { true }));
-            faces(args, &policy, MemoryConnection::default(), ready).await
+            faces(args, source, MemoryConnection::default(), ready).await
         }
         StoreUrl::Redis(url) if args.cluster => {
             let client = redis::cluster::ClusterClient::new(vec![url.as_str()])
@@ -166,7 +270,7 @@ async fn serve(args: Serve) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("--store {url}: {e}"))?;
             let ready = pinger(conn.clone());
-            faces(args, &policy, conn, ready).await
+            faces(args, source, conn, ready).await
         }
         StoreUrl::Redis(url) => {
             let client =
@@ -174,7 +278,7 @@ async fn serve(args: Serve) -> Result<(), String> {
             // Listens at once, taking the routes' postures until the store answers.
             let conn = Store::connect(client);
             let ready = pinger(conn.clone());
-            faces(args, &policy, conn, ready).await
+            faces(args, source, conn, ready).await
         }
     }
 }
@@ -206,25 +310,52 @@ async fn bind(addr: SocketAddr, face: &str) -> Result<TcpListener, String> {
 
 async fn faces<C: RlConnection + 'static>(
     args: Serve,
-    policy_file: &Path,
+    source: Source,
     conn: C,
     ready: Ready,
 ) -> Result<(), String> {
     let metrics = Arc::new(Metrics::default());
-    let policies = PolicyStore::load_file(policy_file).map_err(|e| e.to_string())?;
-    if args.auth.is_some() {
-        auth::check_policy(policies.policy())?;
-    }
+    let with_auth = args.auth.is_some();
+    let check: Check = Arc::new(move |policy: &Policy| {
+        if with_auth {
+            auth::check_policy(policy)
+        } else {
+            Ok(())
+        }
+    });
+    let (policies, published_at) = match &source {
+        Source::File(file) => (
+            PolicyStore::load_file(file).map_err(|e| e.to_string())?,
+            None,
+        ),
+        Source::Store(source) => {
+            let loaded = follow::initial(source).await?;
+            (
+                PolicyStore::snapshot(loaded.policy),
+                Some(loaded.published_at),
+            )
+        }
+    };
+    check(policies.policy())?;
     let mut gateway = Gateway::new(Rl::new(conn), policies, Arc::clone(&metrics));
     if args.legacy_headers {
         gateway = gateway.with_legacy_headers();
     }
     let gateway = Arc::new(gateway);
-    let reload = reloader(
-        Arc::clone(&gateway),
-        policy_file.to_path_buf(),
-        args.auth.is_some(),
-    );
+    if let Some(at) = published_at {
+        metrics.policy_published(at);
+    }
+    let reload = match source {
+        Source::File(file) => file_reloader(Arc::clone(&gateway), file, Arc::clone(&check)),
+        Source::Store(source) => {
+            tokio::spawn(follow::follow(
+                Arc::clone(&gateway),
+                source.clone(),
+                Arc::clone(&check),
+            ));
+            store_reloader(Arc::clone(&gateway), source, Arc::clone(&check))
+        }
+    };
     let limits = Limits {
         header_timeout: args.header_timeout,
         drain: args.drain_timeout,
@@ -282,7 +413,7 @@ async fn signals(reload: Reload, stop: watch::Sender<bool>) -> Result<(), String
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     loop {
         tokio::select! {
-            _ = hup.recv() => match reload() {
+            _ = hup.recv() => match reload().await {
                 Ok(version) => tracing::info!(version, "policy reloaded"),
                 Err((_, message)) => tracing::warn!("policy not reloaded: {message}"),
             },
@@ -295,28 +426,54 @@ async fn signals(reload: Reload, stop: watch::Sender<bool>) -> Result<(), String
     Ok(())
 }
 
-/// Re-reads the policy file and puts it in force if it is valid, its version higher, and (with
-/// the forward-auth face) no route needs a response's end.
-fn reloader<C: RlConnection + 'static>(
+/// Re-reads the policy file and puts it in force if it is valid, its version higher, and every
+/// face can enforce it.
+fn file_reloader<C: RlConnection + 'static>(
     gateway: Arc<Gateway<C>>,
     file: PathBuf,
-    auth: bool,
+    check: Check,
 ) -> Reload {
     Arc::new(move || {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| (StatusCode::BAD_REQUEST, format!("{}: {e}", file.display())))?;
-        let policy =
-            Policy::from_json(&text).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-        if auth {
-            auth::check_policy(&policy).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-        }
-        for warning in &policy.warnings {
-            tracing::warn!(version = policy.version, "{warning}");
-        }
-        match gateway.engine().reload(policy) {
-            Ok(policy) => Ok(policy.version),
-            Err(e @ PolicyError::Stale { .. }) => Err((StatusCode::CONFLICT, e.to_string())),
-            Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
-        }
+        let result = (|| {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| (StatusCode::BAD_REQUEST, format!("{}: {e}", file.display())))?;
+            let policy =
+                Policy::from_json(&text).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+            check(&policy).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+            for warning in &policy.warnings {
+                tracing::warn!(version = policy.version, "{warning}");
+            }
+            match gateway.engine().reload(policy) {
+                Ok(policy) => Ok(policy.version),
+                Err(e @ PolicyError::Stale { .. }) => Err((StatusCode::CONFLICT, e.to_string())),
+                Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+            }
+        })();
+        Box::pin(async move { result })
+    })
+}
+
+/// Reads the store's snapshot now (as a notice would make it): the version in force after.
+fn store_reloader<C: RlConnection + 'static>(
+    gateway: Arc<Gateway<C>>,
+    source: follow::Source,
+    check: Check,
+) -> Reload {
+    Arc::new(move || {
+        let (gateway, source, check) = (Arc::clone(&gateway), source.clone(), Arc::clone(&check));
+        Box::pin(async move {
+            match follow::refresh(&gateway, &source, check.as_ref()).await {
+                Ok(Some(version)) => Ok(version),
+                Ok(None) => Err((
+                    StatusCode::CONFLICT,
+                    format!(
+                        "the snapshot at {} is not newer than version {}, in force",
+                        source.key,
+                        gateway.policy().version
+                    ),
+                )),
+                Err(e) => Err((StatusCode::SERVICE_UNAVAILABLE, e)),
+            }
+        })
     })
 }

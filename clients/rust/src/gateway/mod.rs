@@ -114,6 +114,16 @@ impl PolicyStore {
         Ok(PolicyStore { file, policy })
     }
 
+    /// A snapshot that came from elsewhere (a store the driver follows): the driver puts the
+    /// next ones in force with `Gateway::engine().reload`, and `Gateway::reload`, which re-reads
+    /// a file, has none to read.
+    pub fn snapshot(policy: Policy) -> PolicyStore {
+        PolicyStore {
+            file: PathBuf::new(),
+            policy,
+        }
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }

@@ -19,9 +19,11 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+use redis_rl_client::engine::Instant;
 use rl_gateway::admin::{self, Ready, Reload};
 use rl_gateway::auth::{self, DenyStatus};
 use rl_gateway::follow::{self, Check};
+use rl_gateway::policy_cmd;
 use rl_gateway::proxy::{self, Upstream};
 use rl_gateway::published;
 use rl_gateway::server::{self, Limits};
@@ -172,9 +174,55 @@ async fn policy_command(command: PolicyCommand) -> ExitCode {
             key,
             by,
         } => publish(&file, &store, cluster, &key, by).await,
-        PolicyCommand::Check { .. } | PolicyCommand::Diff { .. } => {
-            fail("policy check and diff are wired in with rl_gateway::policy_cmd")
+        PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Diff {
+            old,
+            new,
+            approve_cuts,
+        } => diff(&old, &new, approve_cuts),
+    }
+}
+
+fn read(file: &Path) -> Result<String, ExitCode> {
+    std::fs::read_to_string(file).map_err(|e| fail(&format!("{}: {e}", file.display())))
+}
+
+/// `policy check`: 0 valid (the table on stdout), 1 invalid (the gateways' message), 2 unreadable.
+fn check(file: &Path) -> ExitCode {
+    let text = match read(file) {
+        Ok(text) => text,
+        Err(code) => return code,
+    };
+    match policy_cmd::check(&text, Instant::wall()) {
+        Ok(report) => {
+            print!("{}", report.render());
+            ExitCode::SUCCESS
         }
+        Err(e) => {
+            eprintln!("rl-gateway: {}: {e}", file.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `policy diff`: 0 no cut (or `--approve-cuts`), 1 a limit falls by more than half, 2 either
+/// file invalid or unreadable.
+fn diff(old: &Path, new: &Path, approve_cuts: bool) -> ExitCode {
+    let (old_text, new_text) = match (read(old), read(new)) {
+        (Ok(o), Ok(n)) => (o, n),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let diff = match policy_cmd::diff(&old_text, &new_text, Instant::wall()) {
+        Ok(diff) => diff,
+        Err(e) => return fail(&e),
+    };
+    print!("{}", diff.render());
+    match diff.refusal() {
+        Some(refusal) if !approve_cuts => {
+            eprintln!("rl-gateway: {refusal}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
 

@@ -187,6 +187,17 @@ export class PolicyStore {
   /** The file's text now (the document given, without a file). */
   read(): string;
 }
+/** A policy published through Redis (`rl-gateway policy publish`), followed. */
+export class PublishedPolicy {
+  constructor(redis: unknown, options?: { key?: string; cache?: string | null; pollMs?: number; timeoutMs?: number; logger?: Logger });
+  /** The snapshot to start with (the store's, else the cache's); rejects with a PolicyError saying why there is none. */
+  load(): Promise<string>;
+  /** Puts the stored snapshot in force if higher: its version, or null. */
+  refresh(gateway: Gateway): Promise<number | null>;
+  /** Follows the key (notices, and a poll every `pollMs`) until `stop()`. */
+  follow(gateway: Gateway): this;
+  stop(): Promise<void>;
+}
 export interface GatewayEvent {
   type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode'
     | 'unknown_plan' | 'unmatched' | 'decision_records_dropped';

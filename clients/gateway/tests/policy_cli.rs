@@ -40,7 +40,10 @@ fn diff_fails_on_a_cut_unless_approved_and_passes_a_rise() {
     let (s, m) = (per_second.to_str().unwrap(), per_minute.to_str().unwrap());
     let (code, out, err) = run(&["policy", "diff", s, m]);
     assert_eq!(code, Some(1), "{out}");
-    assert!(err.contains("refusing: 1 effective limit falls by more than half"), "{err}");
+    assert!(
+        err.contains("refusing: 1 effective limit falls by more than half"),
+        "{err}"
+    );
     let (code, _, _) = run(&["policy", "diff", s, m, "--approve-cuts"]);
     assert_eq!(code, Some(0));
     let (code, _, err) = run(&["policy", "diff", m, s]);

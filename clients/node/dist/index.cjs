@@ -24,6 +24,7 @@ __export(index_exports, {
   MemoryStore: () => MemoryStore,
   PolicyError: () => PolicyError,
   PolicyStore: () => PolicyStore,
+  PublishedPolicy: () => PublishedPolicy,
   RL: () => RL,
   RLError: () => RLError,
   RLStore: () => RLStore,
@@ -1555,6 +1556,125 @@ var MemoryStore = class {
     return this.store.call(args.map(String), nowUs2);
   }
 };
+
+// src/gateway/published.js
+var import_node_fs3 = require("node:fs");
+var DEFAULT_KEY = "rl:policy";
+var withTimeout = (promise, ms, what) => {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+};
+var PublishedPolicy = class {
+  constructor(redis, { key: key2 = DEFAULT_KEY, cache = null, pollMs = 5e3, timeoutMs = 2e3, logger = console } = {}) {
+    this.redis = redis;
+    this.key = key2;
+    this.cache = cache;
+    this.pollMs = pollMs;
+    this.timeoutMs = timeoutMs;
+    this.logger = logger;
+    this.publishedAtMs = 0;
+    this.subscriber = null;
+    this.timer = null;
+  }
+  async fetch() {
+    const fields = await withTimeout(this.redis.hgetall(this.key), this.timeoutMs, "read the snapshot");
+    if (!fields || fields.document === void 0) return null;
+    return {
+      version: Number(fields.version ?? 0),
+      published_by: fields.published_by ?? "",
+      published_at_ms: Number(fields.published_at_ms ?? 0),
+      document: fields.document
+    };
+  }
+  // Whole or not at all: a crash mid-write never leaves a half file to start from.
+  writeCache(snapshot) {
+    if (this.cache === null) return;
+    (0, import_node_fs3.writeFileSync)(`${this.cache}.tmp`, JSON.stringify(snapshot));
+    (0, import_node_fs3.renameSync)(`${this.cache}.tmp`, this.cache);
+  }
+  // The snapshot to start with, as the policy's text: the store's, else the cache's; throws a
+  // PolicyError saying why there is none.
+  async load() {
+    let unreachable;
+    try {
+      const snapshot2 = await this.fetch();
+      if (snapshot2 === null) throw new PolicyError(`no policy is published at ${this.key}`);
+      this.publishedAtMs = snapshot2.published_at_ms;
+      try {
+        this.writeCache(snapshot2);
+      } catch (err) {
+        this.logger.warn?.(`cannot write the policy cache: ${err.message}`);
+      }
+      return snapshot2.document;
+    } catch (err) {
+      if (err instanceof PolicyError) throw err;
+      unreachable = err;
+    }
+    if (this.cache === null) {
+      throw new PolicyError(`the store is unreachable (${unreachable.message}) and no cache holds a snapshot to start from`);
+    }
+    let snapshot;
+    try {
+      snapshot = JSON.parse((0, import_node_fs3.readFileSync)(this.cache, "utf8"));
+    } catch (err) {
+      throw new PolicyError(`the store is unreachable (${unreachable.message}) and the policy cache cannot be read: ${err.message}`);
+    }
+    this.logger.warn?.(`the store is unreachable (${unreachable.message}); starting from the snapshot cached in ${this.cache} (version ${snapshot.version})`);
+    this.publishedAtMs = Number(snapshot.published_at_ms ?? 0);
+    return snapshot.document;
+  }
+  // Puts the stored snapshot in force if it is higher than the gateway's: its version, or null.
+  async refresh(gateway) {
+    const version = await withTimeout(this.redis.hget(this.key, "version"), this.timeoutMs, "read the version");
+    if (version === null || Number(version) <= gateway.policy.version) return null;
+    const snapshot = await this.fetch();
+    if (snapshot === null) return null;
+    gateway.engine.reload(snapshot.document);
+    this.publishedAtMs = snapshot.published_at_ms;
+    gateway.engine.policyPublished(this.publishedAtMs * 1e3);
+    this.writeCache(snapshot);
+    this.logger.info?.(`following ${this.key}: version ${gateway.policy.version} in force (published by ${snapshot.published_by})`);
+    return gateway.policy.version;
+  }
+  // Follows the key until `stop()`: each notice, and each poll, refreshes; a failure is logged
+  // once per streak and the snapshot in force stays.
+  follow(gateway) {
+    if (this.publishedAtMs) gateway.engine.policyPublished(this.publishedAtMs * 1e3);
+    let failing = false;
+    const refresh = () => this.refresh(gateway).then(
+      () => {
+        failing = false;
+      },
+      (err) => {
+        if (!failing) this.logger.warn?.(`cannot refresh the policy from ${this.key} (${err.message}); the snapshot in force stays`);
+        failing = true;
+      }
+    );
+    this.subscriber = this.redis.duplicate();
+    this.subscriber.on("error", () => {
+    });
+    this.subscriber.on("message", (channel) => {
+      if (channel === this.key) refresh();
+    });
+    this.subscriber.on("ready", refresh);
+    this.subscriber.subscribe(this.key).catch(() => {
+    });
+    this.timer = setInterval(refresh, this.pollMs);
+    this.timer.unref?.();
+    return this;
+  }
+  async stop() {
+    clearInterval(this.timer);
+    this.timer = null;
+    if (this.subscriber) {
+      this.subscriber.disconnect();
+      this.subscriber = null;
+    }
+  }
+};
 // Annotate the CommonJS export names for ESM import in node:
 0 && (module.exports = {
   ALGOS,
@@ -1562,6 +1682,7 @@ var MemoryStore = class {
   MemoryStore,
   PolicyError,
   PolicyStore,
+  PublishedPolicy,
   RL,
   RLError,
   RLStore,

@@ -10,6 +10,11 @@ export declare class Engine {
    * `nowUs`: when it is loaded (Unix microseconds), by default the system clock's now.
    */
   reload(policy: string, nowUs?: number | undefined | null): number
+  /**
+   * When the snapshot in force was published (Unix microseconds), for a gateway following
+   * a store: the metrics then show `rl_gateway_policy_age_seconds`.
+   */
+  policyPublished(atUs: number): void
   get policyVersion(): number
   /** Whether a route names the request (an application's caller lookup runs only then). */
   routed(method: string, path: string, caseInsensitive?: boolean | undefined | null): boolean

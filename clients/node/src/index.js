@@ -8,4 +8,4 @@ export { commonSlot, durationArg, keySlot, parseDuration } from './wire.js';
 export { RLStore } from './express-rate-limit.js';
 export { RateLimiterRL, RateLimiterRes } from './rate-limiter-flexible.js';
 export { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, parsePolicy, PolicyError, PolicyStore, retryAfterMs,
-  MemoryStore } from './gateway/index.js';
+  MemoryStore, PublishedPolicy } from './gateway/index.js';

@@ -133,6 +133,9 @@ class Engine:
              tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:
         """A request shed before it is decided (the process is saturated): 503, counted
         `shed`, no store call; a request no route matches passes when the default has no rules."""
+    def policy_published(self, at: int) -> None:
+        """When the snapshot in force was published (Unix µs), for a gateway following a
+        store: the metrics then show `rl_gateway_policy_age_seconds`."""
     def reload(self, policy: str, now: Optional[int] = None) -> int:
         """Puts the document in force and returns its version; raises `StalePolicy` for a
         version not higher than the one in force, `InvalidPolicy` for an invalid document."""

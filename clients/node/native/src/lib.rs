@@ -141,6 +141,15 @@ impl Engine {
             .map_err(reason)
     }
 
+    /// When the snapshot in force was published (Unix microseconds), for a gateway following
+    /// a store: the metrics then show `rl_gateway_policy_age_seconds`.
+    #[napi]
+    pub fn policy_published(&self, at_us: f64) {
+        self.engine
+            .metrics()
+            .policy_published(instant(at_us.max(0.0)));
+    }
+
     #[napi(getter)]
     pub fn policy_version(&self) -> f64 {
         self.engine.policy().version as f64

@@ -4,3 +4,4 @@ export { fastifyPlugin } from './fastify.js';
 export { parsePolicy, PolicyError, PolicyStore } from './policy.js';
 export { fetchWithRetry, retryAfterMs } from './retry.js';
 export { MemoryStore } from './memory.js';
+export { PublishedPolicy } from './published.js';

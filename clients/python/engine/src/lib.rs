@@ -223,6 +223,14 @@ impl Engine {
         Ok(policy.version)
     }
 
+    /// When the snapshot in force was published (Unix microseconds), for a gateway that follows
+    /// a store: `render_metrics` then shows `rl_gateway_policy_age_seconds`.
+    fn policy_published(&self, at: u64) {
+        self.inner
+            .metrics()
+            .policy_published(Instant::from_micros(at));
+    }
+
     /// The version of the policy in force.
     #[getter]
     fn policy_version(&self) -> u64 {

@@ -26,6 +26,7 @@ use rl_gateway::follow::{self, Check};
 use rl_gateway::policy_cmd;
 use rl_gateway::proxy::{self, Upstream};
 use rl_gateway::published;
+use rl_gateway::rls::{self, Rls};
 use rl_gateway::server::{self, Limits};
 use rl_gateway::store::{MemoryConnection, StoreUrl};
 
@@ -113,6 +114,12 @@ struct Serve {
     /// Forward auth: the status of a refusal (429, or 403 for nginx).
     #[arg(long, value_name = "STATUS", default_value = "429", value_parser = DenyStatus::parse)]
     auth_deny_status: DenyStatus,
+    /// Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3).
+    #[arg(long, value_name = "ADDR", requires = "rls_config")]
+    grpc: Option<SocketAddr>,
+    /// The rate limit service's configuration: envoyproxy/ratelimit's YAML, unchanged.
+    #[arg(long, value_name = "FILE")]
+    rls_config: Option<PathBuf>,
     /// /metrics, /healthz, /readyz, POST /-/reload.
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
@@ -276,34 +283,23 @@ enum Source {
 }
 
 async fn serve(args: Serve) -> Result<(), String> {
-    if args.listen.is_none() && args.auth.is_none() {
-        return Err("no face to serve: give --listen with --upstream, or --auth".into());
+    let http = args.listen.is_some() || args.auth.is_some();
+    if !http && args.grpc.is_none() {
+        return Err(
+            "no face to serve: give --listen with --upstream, --auth, or --grpc with --rls-config"
+                .into(),
+        );
     }
-    let policy = args
-        .policy
-        .clone()
-        .ok_or("--policy FILE (or store:KEY) is required by --listen and --auth")?;
     let store = StoreUrl::parse(&args.store)?;
-    let source = match policy.strip_prefix("store:") {
-        Some(key) => {
-            let StoreUrl::Redis(url) = &store else {
-                return Err(
-                    "--policy store:KEY reads the policy from Redis: give --store redis://".into(),
-                );
-            };
-            Source::Store(follow::Source {
-                url: url.clone(),
-                cluster: args.cluster,
-                key: if key.is_empty() {
-                    published::DEFAULT_KEY.into()
-                } else {
-                    key.into()
-                },
-                cache: args.policy_cache.clone(),
-                poll: args.policy_poll,
-            })
+    let source = match (http, args.policy.clone()) {
+        (true, None) => {
+            return Err("--policy FILE (or store:KEY) is required by --listen and --auth".into())
         }
-        None => Source::File(PathBuf::from(policy)),
+        (false, Some(_)) => {
+            return Err("--policy is for --listen and --auth; --grpc takes --rls-config".into())
+        }
+        (false, None) => None,
+        (true, Some(policy)) => Some(source_of(&policy, &store, &args)?),
     };
     match store {
         StoreUrl::Memory => {
@@ -329,6 +325,27 @@ async fn serve(args: Serve) -> Result<(), String> {
             faces(args, source, conn, ready).await
         }
     }
+}
+
+/// Where `--policy` points: a file, or `store:KEY` in the store `--store` names.
+fn source_of(policy: &str, store: &StoreUrl, args: &Serve) -> Result<Source, String> {
+    let Some(key) = policy.strip_prefix("store:") else {
+        return Ok(Source::File(PathBuf::from(policy)));
+    };
+    let StoreUrl::Redis(url) = store else {
+        return Err("--policy store:KEY reads the policy from Redis: give --store redis://".into());
+    };
+    Ok(Source::Store(follow::Source {
+        url: url.clone(),
+        cluster: args.cluster,
+        key: if key.is_empty() {
+            published::DEFAULT_KEY.into()
+        } else {
+            key.into()
+        },
+        cache: args.policy_cache.clone(),
+        poll: args.policy_poll,
+    }))
 }
 
 /// Ready while the store answers a `PING` within a quarter of a second.
@@ -358,11 +375,93 @@ async fn bind(addr: SocketAddr, face: &str) -> Result<TcpListener, String> {
 
 async fn faces<C: RlConnection + 'static>(
     args: Serve,
-    source: Source,
+    source: Option<Source>,
     conn: C,
     ready: Ready,
 ) -> Result<(), String> {
     let metrics = Arc::new(Metrics::default());
+    let rls = match (args.grpc, &args.rls_config) {
+        (Some(_), Some(file)) => {
+            let config = rls::Config::load(file)?;
+            let rl = Rl::new(conn.clone());
+            Some((
+                Rls::new(config, rl, Arc::clone(&metrics), args.cluster),
+                file.clone(),
+            ))
+        }
+        (Some(_), None) => return Err("--grpc needs --rls-config FILE".into()),
+        (None, Some(_)) => return Err("--rls-config is the configuration of --grpc".into()),
+        (None, None) => None,
+    };
+    let gateway = match source {
+        Some(source) => Some(http_gateway(&args, source, conn, &metrics).await?),
+        None => None,
+    };
+    let reload = reloader(
+        gateway.as_ref().map(|(_, reload)| Arc::clone(reload)),
+        rls.clone(),
+    );
+    let limits = Limits {
+        header_timeout: args.header_timeout,
+        drain: args.drain_timeout,
+        ..Limits::default()
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut servers: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
+    let mut http = |listener, app| {
+        let serving = server::serve(listener, app, limits, stopped.clone());
+        servers.push(tokio::spawn(async move {
+            serving.await.map_err(|e| e.to_string())
+        }));
+    };
+    if let (Some((gateway, _)), Some(addr), Some(url)) =
+        (&gateway, args.listen, args.upstream.as_deref())
+    {
+        let upstream = Arc::new(Upstream::new(url, args.upstream_timeout)?);
+        let listener = bind(addr, "proxy").await?;
+        http(listener, proxy::router(Arc::clone(gateway), upstream));
+    }
+    if let (Some((gateway, _)), Some(addr)) = (&gateway, args.auth) {
+        let listener = bind(addr, "auth").await?;
+        http(
+            listener,
+            auth::router(Arc::clone(gateway), args.auth_deny_status),
+        );
+    }
+    if let Some(addr) = args.admin {
+        let listener = bind(addr, "admin").await?;
+        http(
+            listener,
+            admin::router(Arc::clone(&metrics), Arc::clone(&reload), ready),
+        );
+    }
+    if let (Some((rls, _)), Some(addr)) = (&rls, args.grpc) {
+        let listener = bind(addr, "grpc").await?;
+        let mut stopped = stopped.clone();
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await.map(|_| ());
+        };
+        servers.push(tokio::spawn(Arc::clone(rls).serve(listener, shutdown)));
+    }
+    signals(reload, stop).await?;
+    for server in servers {
+        if let Ok(Err(e)) = server.await {
+            tracing::warn!(error = %e, "a face ended with an error");
+        }
+    }
+    // The releases of leases whose responses ended during the drain are sent on tasks of
+    // their own; give them the moment a local store needs before the runtime stops.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    Ok(())
+}
+
+/// The engine's gateway for the HTTP faces, on the policy's first snapshot, and how it reloads.
+async fn http_gateway<C: RlConnection + 'static>(
+    args: &Serve,
+    source: Source,
+    conn: C,
+    metrics: &Arc<Metrics>,
+) -> Result<(Arc<Gateway<C>>, Reload), String> {
     let with_auth = args.auth.is_some();
     let check: Check = Arc::new(move |policy: &Policy| {
         if with_auth {
@@ -385,7 +484,7 @@ async fn faces<C: RlConnection + 'static>(
         }
     };
     check(policies.policy())?;
-    let mut gateway = Gateway::new(Rl::new(conn), policies, Arc::clone(&metrics));
+    let mut gateway = Gateway::new(Rl::new(conn), policies, Arc::clone(metrics));
     if args.legacy_headers {
         gateway = gateway.with_legacy_headers();
     }
@@ -404,54 +503,28 @@ async fn faces<C: RlConnection + 'static>(
             store_reloader(Arc::clone(&gateway), source, Arc::clone(&check))
         }
     };
-    let limits = Limits {
-        header_timeout: args.header_timeout,
-        drain: args.drain_timeout,
-        ..Limits::default()
-    };
-    let (stop, stopped) = watch::channel(false);
-    let mut servers = Vec::new();
-    if let (Some(addr), Some(url)) = (args.listen, args.upstream.as_deref()) {
-        let upstream = Arc::new(Upstream::new(url, args.upstream_timeout)?);
-        let listener = bind(addr, "proxy").await?;
-        let app = proxy::router(Arc::clone(&gateway), upstream);
-        servers.push(tokio::spawn(server::serve(
-            listener,
-            app,
-            limits,
-            stopped.clone(),
-        )));
-    }
-    if let Some(addr) = args.auth {
-        let listener = bind(addr, "auth").await?;
-        let app = auth::router(Arc::clone(&gateway), args.auth_deny_status);
-        servers.push(tokio::spawn(server::serve(
-            listener,
-            app,
-            limits,
-            stopped.clone(),
-        )));
-    }
-    if let Some(addr) = args.admin {
-        let listener = bind(addr, "admin").await?;
-        let app = admin::router(Arc::clone(&metrics), Arc::clone(&reload), ready);
-        servers.push(tokio::spawn(server::serve(
-            listener,
-            app,
-            limits,
-            stopped.clone(),
-        )));
-    }
-    signals(reload, stop).await?;
-    for server in servers {
-        if let Ok(Err(e)) = server.await {
-            tracing::warn!(error = %e, "a face ended with an error");
-        }
-    }
-    // The releases of leases whose responses ended during the drain are sent on tasks of
-    // their own; give them the moment a local store needs before the runtime stops.
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    Ok(())
+    Ok((gateway, reload))
+}
+
+/// `SIGHUP` and `POST /-/reload`: the policy's next snapshot (its version, 0 without HTTP
+/// faces), and the rate limit service's configuration re-read; either refusal is the answer.
+fn reloader<C: RlConnection + 'static>(
+    policy: Option<Reload>,
+    rls: Option<(Arc<Rls<C>>, PathBuf)>,
+) -> Reload {
+    Arc::new(move || {
+        let (policy, rls) = (policy.clone(), rls.clone());
+        Box::pin(async move {
+            if let Some((rls, file)) = &rls {
+                let config = rls::Config::load(file).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+                rls.reload(config);
+            }
+            match policy {
+                Some(reload) => reload().await,
+                None => Ok(0),
+            }
+        })
+    })
 }
 
 /// SIGHUP reloads; SIGTERM and SIGINT stop accepting and drain.

@@ -180,6 +180,14 @@ async fn sigterm_lets_the_request_in_flight_finish_and_releases_its_slot() {
     let (up, seen) = upstream().await;
     let file = policy_file(&policy(1, "drain"));
     let gw = start(redis.port, &file, &up);
+    // Until its connection is made, the gateway answers with the routes' postures.
+    let admin = gw.url("admin");
+    eventually("ready", async || {
+        reqwest::get(format!("{admin}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
     let url = format!("{}/export?ms=1500", gw.url("proxy"));
     let in_flight = tokio::spawn(async move {
         let r = reqwest::Client::new().post(url).send().await.unwrap();

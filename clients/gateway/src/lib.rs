@@ -8,6 +8,7 @@ pub mod follow;
 pub mod policy_cmd;
 pub mod proxy;
 pub mod published;
+pub mod replay;
 pub mod rls;
 pub mod server;
 pub mod store;

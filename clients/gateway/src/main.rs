@@ -63,6 +63,13 @@ enum PolicyCommand {
         #[arg(long)]
         approve_cuts: bool,
     },
+    /// Runs the policy over an access log (JSON lines) on the log's own clock: what it would
+    /// have refused, by route, rule and plan, the tenants refused most, the shadow rules' ratios.
+    Replay {
+        file: PathBuf,
+        #[arg(long, value_name = "LOG")]
+        log: PathBuf,
+    },
     /// Stores a policy in Redis for the fleet, if its version is higher than the stored one.
     Publish {
         file: PathBuf,
@@ -182,6 +189,7 @@ async fn policy_command(command: PolicyCommand) -> ExitCode {
             by,
         } => publish(&file, &store, cluster, &key, by).await,
         PolicyCommand::Check { file } => check(&file),
+        PolicyCommand::Replay { file, log } => replay(&file, &log),
         PolicyCommand::Diff {
             old,
             new,
@@ -209,6 +217,26 @@ fn check(file: &Path) -> ExitCode {
             eprintln!("rl-gateway: {}: {e}", file.display());
             ExitCode::from(1)
         }
+    }
+}
+
+/// `policy replay`: 0 replayed (malformed lines are counted, never fatal), 2 an invalid policy
+/// or a log that cannot be read.
+fn replay(file: &Path, log: &Path) -> ExitCode {
+    let text = match read(file) {
+        Ok(text) => text,
+        Err(code) => return code,
+    };
+    let reader = match std::fs::File::open(log) {
+        Ok(f) => std::io::BufReader::with_capacity(1 << 16, f),
+        Err(e) => return fail(&format!("{}: {e}", log.display())),
+    };
+    match rl_gateway::replay::replay(&text, reader) {
+        Ok(report) => {
+            print!("{}", report.render());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
     }
 }
 

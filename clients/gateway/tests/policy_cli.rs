@@ -49,3 +49,44 @@ fn diff_fails_on_a_cut_unless_approved_and_passes_a_rise() {
     let (code, _, err) = run(&["policy", "diff", m, s]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn replay_reads_a_log_and_counts_what_it_cannot_read() {
+    let file = policy_file(&json!({
+        "version": 1,
+        "identity": {"user": "x-user"},
+        "rules": {"user": {"key": "u:${user}", "limit": 1, "period": "1h"}},
+        "routes": [{"method": "GET", "path": "/orders/{id}", "rules": ["user"]}],
+        "default": {"rules": []}
+    }));
+    let log = file.with_file_name("access.log");
+    std::fs::write(
+        &log,
+        concat!(
+            r#"{"ts": "2026-03-02T09:00:00Z", "method": "GET", "path": "/orders/1", "headers": {"x-user": "ann"}}"#,
+            "\n",
+            r#"{"ts": "2026-03-02T09:00:01Z", "method": "GET", "path": "/orders/2", "headers": {"x-user": "ann"}}"#,
+            "\nnot json\n"
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = run(&[
+        "policy",
+        "replay",
+        file.to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("1 refused"), "{out}");
+    assert!(out.contains("line 3: "), "{out}");
+    let (code, _, err) = run(&[
+        "policy",
+        "replay",
+        file.to_str().unwrap(),
+        "--log",
+        "/nonexistent.log",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent.log"), "{err}");
+}

@@ -30,7 +30,10 @@ fn request(port: u16, head: &str) -> (u16, String) {
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("docker runs");
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
     assert!(
         out.status.success(),
         "docker {args:?}: {}",
@@ -55,11 +58,23 @@ fn the_image_decides_reports_and_stops_cleanly() {
     let (auth, admin) = (free_port(), free_port());
     let name = unique_name("gateway");
     docker(&[
-        "run", "-d", "--name", &name, "--network", "host",
-        "-v", &format!("{}:/etc/rl-gateway/policy.json:ro", policy.display()),
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "host",
+        "-v",
+        &format!("{}:/etc/rl-gateway/policy.json:ro", policy.display()),
         &image(),
-        "--policy", "/etc/rl-gateway/policy.json", "--store", "memory://",
-        "--auth", &format!("127.0.0.1:{auth}"), "--admin", &format!("127.0.0.1:{admin}"),
+        "--policy",
+        "/etc/rl-gateway/policy.json",
+        "--store",
+        "memory://",
+        "--auth",
+        &format!("127.0.0.1:{auth}"),
+        "--admin",
+        &format!("127.0.0.1:{admin}"),
     ]);
     let cleanup = scopeguard(&name);
     wait_until("the admin face answers", Duration::from_secs(30), || {
@@ -70,10 +85,16 @@ fn the_image_decides_reports_and_stops_cleanly() {
     assert_eq!(request(auth, ask).0, 200);
     let (status, text) = request(auth, ask);
     assert_eq!(status, 429, "{text}");
-    assert!(text.to_ascii_lowercase().contains("retry-after: "), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: "),
+        "{text}"
+    );
     assert_eq!(request(admin, "GET /healthz HTTP/1.1\r\n").0, 200);
     let (_, metrics) = request(admin, "GET /metrics HTTP/1.1\r\n");
-    assert!(metrics.contains(r#"rule="user",outcome="refuse"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"rule="user",outcome="refuse"} 1"#),
+        "{metrics}"
+    );
     assert_ne!(docker(&["exec", &name, "id", "-u"]), "0");
     docker(&["stop", "-t", "20", &name]);
     assert_eq!(

@@ -2,7 +2,7 @@
 //! lets a spelling of a path reach another route than the path it normalizes to.
 
 use proptest::prelude::*;
-use rl_engine::policy::{KeyTemplate, NormalPath, PathTemplate, Policy, Routed};
+use rl_engine::policy::{decode_unreserved, KeyTemplate, NormalPath, PathTemplate, Policy, Routed};
 use rl_engine::Instant;
 
 const POLICY: &str = r#"{
@@ -117,4 +117,35 @@ fn spellings_of_one_path_reach_one_route() {
     assert_eq!(route_of(&policy, "POST", "/static/x/.."), "* /static/* []");
     assert_eq!(route_of(&policy, "GET", "/.."), "above the root");
     assert_eq!(route_of(&policy, "HEAD", "/"), "GET / []");
+}
+
+#[test]
+fn escaped_unreserved_characters_are_decoded_and_nothing_else() {
+    for (raw, form) in [
+        ("/checkout", "/checkout"),
+        ("/%63heckout", "/checkout"),
+        ("/check%6Fut", "/checkout"),
+        ("/%2e%2e/admin", "/../admin"),
+        ("/a%2Fb", "/a%2Fb"),
+        ("/a%2fb", "/a%2Fb"),
+        ("/%7e%2D%5f", "/~-_"),
+        ("/caf%C3%A9", "/caf%C3%A9"),
+        ("/é%41", "/éA"),
+        ("/100%", "/100%25"),
+        ("/%zz", "/%25zz"),
+        ("/%%36%33heckout", "/%2563heckout"),
+        ("/%4", "/%254"),
+    ] {
+        assert_eq!(decode_unreserved(raw), form, "{raw}");
+    }
+}
+
+proptest! {
+    /// Decoding is a fixed point: what is matched and forwarded decodes to itself, so a backend
+    /// that decodes once more than the gateway finds no other route in it.
+    #[test]
+    fn the_decoded_form_decodes_to_itself(raw in "[a-z/%0-9A-F.~_-]{0,24}") {
+        let once = decode_unreserved(&raw).into_owned();
+        prop_assert_eq!(decode_unreserved(&once).into_owned(), once);
+    }
 }

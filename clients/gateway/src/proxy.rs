@@ -16,7 +16,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rl_engine::policy::NormalPath;
+use rl_engine::policy::{decode_unreserved, NormalPath};
 use rl_engine::problem::{self, Problem};
 
 use redis_rl_client::gateway::ACTUAL_COST;
@@ -100,9 +100,10 @@ async fn forward(
     request: Request<Body>,
 ) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
-    // The path as the route matched it, so `/a/../admin` cannot reach what `/admin`'s rules
-    // guard under another name; the layer answered a path above the root already.
-    let Some(path) = NormalPath::of(parts.uri.path()).map(|p| p.text()) else {
+    // The path as the route matched it, so neither `/a/../admin` nor `/%61dmin` can reach what
+    // `/admin`'s rules guard under another name; the layer answered a path above the root.
+    let decoded = decode_unreserved(parts.uri.path());
+    let Some(path) = NormalPath::of(&decoded).map(|p| p.text()) else {
         return problem_response(problem::above_root());
     };
     let target = match parts.uri.query() {

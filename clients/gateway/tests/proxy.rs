@@ -89,6 +89,27 @@ async fn requests_are_decided_then_forwarded_with_the_matched_path_and_their_hea
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_escaped_spelling_of_a_path_is_decided_and_forwarded_as_the_path_it_names() {
+    let (up, seen) = upstream().await;
+    let gw = start(&up, &[]);
+    let client = reqwest::Client::new();
+    let get = |path: &'static str| {
+        client
+            .get(format!("{}{path}", gw.url("proxy")))
+            .header("x-user", "eve")
+            .send()
+    };
+    // Three spellings of one route share its limit of 2; the upstream sees the path they name.
+    assert_eq!(get("/%6Frders/1").await.unwrap().status(), 200);
+    assert_eq!(get("/orders/%31").await.unwrap().status(), 200);
+    assert_eq!(get("/ord%65rs/1").await.unwrap().status(), 429);
+    // A '%' that starts no escape is forwarded as %25: decoding it once more finds nothing new.
+    assert_eq!(get("/%%36Frders/1").await.unwrap().status(), 200);
+    let uris: Vec<String> = seen.lock().unwrap().iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(uris, ["/orders/1", "/orders/1", "/%256Frders/1"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bodies_stream_both_ways_and_the_actual_cost_settles_without_reaching_the_caller() {
     let (up, seen) = upstream().await;
     let gw = start(&up, &[]);

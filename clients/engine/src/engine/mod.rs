@@ -259,7 +259,8 @@ impl Engine {
     /// would anyway.
     pub fn shed(&self, request: &Request<'_>, now: Instant) -> Verdict {
         let policy = self.shared.policy.load_full();
-        let verdict = match policy.route(request.method, request.path, request.case_insensitive) {
+        let path = crate::policy::decode_unreserved(request.path);
+        let verdict = match policy.route(request.method, &path, request.case_insensitive) {
             Routed::Route { route, .. } => {
                 if route.is_default() {
                     self.shared.metrics.record(Event::Unmatched);

@@ -14,7 +14,7 @@ mod validate_route;
 pub use validate_route::DEFAULT_NAME;
 
 pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
-pub use routes::{Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
+pub use routes::{decode_unreserved, Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
 use validate::RawPolicy;
 

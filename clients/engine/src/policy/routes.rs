@@ -7,7 +7,9 @@
 //! skip `/login`'s rules. The tree is searched from the left, a literal before a capture before
 //! `*`: the first route found is the most specific one, and each node is visited at most once.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 /// The longest template, in segments: deeper than any real API, and a bound on the tree.
 pub const MAX_SEGMENTS: usize = 32;
@@ -159,6 +161,53 @@ fn capture_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The path in the form routes match and a proxy forwards (RFC 3986 section 6.2.2): an escaped
+/// unreserved character (a letter, a digit, `-`, `.`, `_`, `~`) decoded, as most backends decode
+/// before they route, so `/%63heckout` is `/checkout` and `/%2e%2e/admin` climbs as `/../admin`
+/// would; any other escape kept, in upper case (`%2F` is not a separator); and a `%` that starts
+/// no escape written `%25`, so a backend that decodes what it receives once finds what was
+/// matched (`/%%36%33heckout` cannot become `/%63heckout`, then `/checkout`). A path without a
+/// `%` is borrowed as it is.
+pub fn decode_unreserved(path: &str) -> Cow<'_, str> {
+    if !path.contains('%') {
+        return Cow::Borrowed(path);
+    }
+    let bytes = path.as_bytes();
+    let hex = |i: usize| -> Option<u8> {
+        let digits = bytes.get(i.checked_add(1)?..i.checked_add(3)?)?;
+        u8::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b != b'%' {
+            // The run up to the next '%', copied whole (multi-byte characters stay whole).
+            let end = bytes
+                .get(i..)
+                .and_then(|rest| rest.iter().position(|&c| c == b'%'))
+                .map_or(bytes.len(), |p| p.saturating_add(i));
+            out.push_str(path.get(i..end).unwrap_or_default());
+            i = end;
+            continue;
+        }
+        match hex(i) {
+            Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') => {
+                out.push(char::from(c));
+                i = i.saturating_add(3);
+            }
+            Some(c) => {
+                let _ = write!(out, "%{c:02X}");
+                i = i.saturating_add(3);
+            }
+            None => {
+                out.push_str("%25");
+                i = i.saturating_add(1);
+            }
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A request path without its query, dot segments and empty segments; `None` when it climbs

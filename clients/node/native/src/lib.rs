@@ -158,6 +158,7 @@ impl Engine {
     /// Whether a route names the request (an application's caller lookup runs only then).
     #[napi]
     pub fn routed(&self, method: String, path: String, case_insensitive: Option<bool>) -> bool {
+        let path = rl_engine::policy::decode_unreserved(&path);
         self.engine
             .policy()
             .route(&method, &path, case_insensitive.unwrap_or(false))

@@ -103,6 +103,8 @@ async fn serve<C: RlConnection + 'static>(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
+    // A caller's next request must not wait for the delayed ACK of our last answer.
+    .tcp_nodelay(true)
     .await?;
     Ok(())
 }

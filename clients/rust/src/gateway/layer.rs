@@ -121,7 +121,8 @@ where
             // looked up either.
             let routed = identify.is_some() && {
                 let policy = gateway.policy();
-                let route = policy.route(request.method().as_str(), request.uri().path(), false);
+                let path = rl_engine::policy::decode_unreserved(request.uri().path());
+                let route = policy.route(request.method().as_str(), &path, false);
                 route.is_route()
             };
             let caller = match &identify {

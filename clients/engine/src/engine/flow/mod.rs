@@ -17,7 +17,7 @@ use super::{lock, Answer, Call, Request, Shared, Step, IDEMPOTENCY_KEY};
 use crate::breaker::{Pass, Ticket};
 use crate::identity::{client_ip, network};
 use crate::metrics::{CallResult, Event};
-use crate::policy::{RequestIdentity, Routed};
+use crate::policy::{decode_unreserved, RequestIdentity, Routed};
 use crate::time::Instant;
 use crate::wire::{command, reply};
 use crate::wire::{Error, Reply};
@@ -143,21 +143,22 @@ impl Pending {
             ctx: None,
             shared,
         };
-        let (route, captures) =
-            match policy.route(request.method, request.path, request.case_insensitive) {
-                Routed::Route {
-                    route, captures, ..
-                } => (Arc::clone(route), captures),
-                Routed::Unmatched => {
-                    pending.shared.metrics.record(Event::Unmatched);
-                    let verdict = super::Verdict::unmatched(policy.version);
-                    return (pending, Step::Done(verdict));
-                }
-                Routed::AboveRoot => {
-                    let verdict = super::Verdict::above_root(policy.version);
-                    return (pending, Step::Done(verdict));
-                }
-            };
+        let path = decode_unreserved(request.path);
+        let (route, captures) = match policy.route(request.method, &path, request.case_insensitive)
+        {
+            Routed::Route {
+                route, captures, ..
+            } => (Arc::clone(route), captures),
+            Routed::Unmatched => {
+                pending.shared.metrics.record(Event::Unmatched);
+                let verdict = super::Verdict::unmatched(policy.version);
+                return (pending, Step::Done(verdict));
+            }
+            Routed::AboveRoot => {
+                let verdict = super::Verdict::above_root(policy.version);
+                return (pending, Step::Done(verdict));
+            }
+        };
         if route.is_default() {
             pending.shared.metrics.record(Event::Unmatched);
         }

@@ -3,13 +3,11 @@
 //! the clock kept from going back, shadow rules' ratios, and the refusals a live rl-gateway
 //! made reproduced from the log of the same traffic.
 
-mod support;
-
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::support::{policy_file, upstream, Gateway};
 use rl_gateway::replay::{replay, Fed, Refusals, Replay, TenantRefusals, FIRST_LINES, MAX_LINE};
 use serde_json::{json, Value};
-use support::{policy_file, upstream, Gateway};
 
 /// 2026-01-01T00:00:00Z in epoch milliseconds.
 const T0: u64 = 1_767_225_600_000;

@@ -3,15 +3,12 @@
 //! asks for that configuration's route: one descriptor `("user", x-user)` in domain `api`.
 //! (No Envoy build installs on this machine, so Envoy itself is not run.)
 
-mod rls_support;
-mod support;
-
 use std::path::Path;
 
+use crate::support::Gateway;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_norway::Value;
-use support::Gateway;
 
 fn example(name: &str) -> String {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -119,14 +116,14 @@ async fn the_service_limits_what_the_envoy_route_sends() {
     let mut client = RateLimitServiceClient::connect(format!("http://{}", gw.faces["grpc"]))
         .await
         .unwrap();
-    let ask = || rls_support::request("api", &[&[("user", "ann")]], 0);
+    let ask = || crate::rls_support::request("api", &[&[("user", "ann")]], 0);
     for left in (0..100).rev() {
         let answer = client.should_rate_limit(ask()).await.unwrap().into_inner();
-        assert_eq!(rls_support::codes(&answer), [(Code::Ok, left)]);
+        assert_eq!(crate::rls_support::codes(&answer), [(Code::Ok, left)]);
     }
     let refused = client.should_rate_limit(ask()).await.unwrap().into_inner();
-    assert_eq!(rls_support::overall(&refused), Code::OverLimit);
-    let other = rls_support::request("api", &[&[("user", "bob")]], 0);
+    assert_eq!(crate::rls_support::overall(&refused), Code::OverLimit);
+    let other = crate::rls_support::request("api", &[&[("user", "bob")]], 0);
     let answer = client.should_rate_limit(other).await.unwrap().into_inner();
-    assert_eq!(rls_support::overall(&answer), Code::Ok);
+    assert_eq!(crate::rls_support::overall(&answer), Code::Ok);
 }

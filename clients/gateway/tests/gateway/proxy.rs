@@ -2,14 +2,12 @@
 //! request (matched path, query, headers, streamed body), `X-Actual-Cost` consumed, 502 and
 //! 504, a slow or huge request head refused.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use crate::support::{closed_port, policy_file, upstream, Gateway};
 use serde_json::json;
-use support::{closed_port, policy_file, upstream, Gateway};
 
 fn policy() -> serde_json::Value {
     json!({

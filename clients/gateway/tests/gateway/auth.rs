@@ -2,10 +2,8 @@
 //! refusal as 429 or 403, the request that describes nothing a 400, and a policy this face
 //! cannot enforce refused at start.
 
-mod support;
-
+use crate::support::{policy_file, run, Gateway};
 use serde_json::json;
-use support::{policy_file, run, Gateway};
 
 fn policy() -> serde_json::Value {
     json!({

@@ -2,14 +2,12 @@
 //! front of an upstream with rl-gateway's forward-auth face deciding: admissions reach the
 //! upstream with the RateLimit fields on the response, refusals are 429 with Retry-After.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{closed_port, policy_file, upstream, Gateway};
 use serde_json::json;
-use support::{closed_port, policy_file, upstream, Gateway};
 
 fn policy() -> serde_json::Value {
     json!({

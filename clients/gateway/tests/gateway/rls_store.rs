@@ -3,18 +3,14 @@
 //! each under `deny` (the gRPC status UNAVAILABLE), `allow` (OK) and `fallback` (decided in
 //! process). No assertion on time: a store that hangs shows as an answer, not as a wait.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod rls_support;
-
 use std::process::Command;
 
-use common::Server;
+use crate::common::Server;
+use crate::rls_support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use redis_rl_client::Rl;
 use rl_gateway::rls::Config;
 use rl_gateway::store::MemoryConnection;
-use rls_support::*;
 
 /// The deadline is short so that the frozen store's test ends soon; nothing else here waits
 /// on a store that answers.

@@ -3,14 +3,10 @@
 //! API types: each behaves as that README documents. Limits per second are checked only where
 //! the answer cannot depend on where a second begins.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod rls_support;
-
-use common::Server;
+use crate::common::Server;
+use crate::rls_support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use rl_gateway::rls::Config;
-use rls_support::*;
 
 /// README, "Example 2", unchanged.
 const EXAMPLE_2: &str = r#"

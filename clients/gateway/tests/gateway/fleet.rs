@@ -3,15 +3,11 @@
 //! gateways following a publication by its notice, a start from the cache file while Redis is
 //! down, and a clear refusal to start without one.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::time::{Duration, Instant};
 
-use common::Server;
+use crate::common::Server;
+use crate::support::{policy_file, run, upstream, Gateway};
 use serde_json::json;
-use support::{policy_file, run, upstream, Gateway};
 
 fn policy(version: u64) -> serde_json::Value {
     json!({

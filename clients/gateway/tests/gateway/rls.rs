@@ -3,18 +3,14 @@
 //! the metrics and the requests it refuses to answer. Limits are per hour or per day, so that
 //! no count starts over in the middle of a test.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod rls_support;
-
-use common::cluster::Cluster;
-use common::Server;
+use crate::common::cluster::Cluster;
+use crate::common::Server;
+use crate::rls_support::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::get_slot;
-use rls_support::*;
 
 const LIMITS: &str = r#"
 domain: shop

@@ -7,10 +7,6 @@
 //! while that client's requests run: under `on_store_error: deny` it sees the gRPC status
 //! UNAVAILABLE while the store is down and OK once it is back. No assertion on time.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -18,9 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Server;
+use crate::common::Server;
+use crate::support::Gateway;
 use serde_json::{json, Value};
-use support::Gateway;
 
 fn python() -> String {
     std::env::var("RL_PYTHON").unwrap_or_else(|_| "python3".to_string())

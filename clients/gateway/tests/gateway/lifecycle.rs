@@ -2,15 +2,11 @@
 //! `/metrics`, `POST /-/reload`), SIGHUP, a start while Redis is down, and SIGTERM draining a
 //! request in flight and releasing its slot.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::time::{Duration, Instant};
 
-use common::Server;
+use crate::common::Server;
+use crate::support::{policy_file, upstream, write_policy, Gateway};
 use serde_json::json;
-use support::{policy_file, upstream, write_policy, Gateway};
 
 fn policy(version: u64, prefix: &str) -> serde_json::Value {
     json!({

@@ -1,10 +1,8 @@
 //! `rl-gateway policy check` and `policy diff` as a CI job runs them: what they print and their
-//! exit statuses (the tables themselves are `tests/policy_cmd.rs`'s).
+//! exit statuses (the tables themselves are `policy_cmd.rs`'s).
 
-mod support;
-
+use crate::support::{policy_file, run};
 use serde_json::json;
-use support::{policy_file, run};
 
 fn policy(version: u64, period: &str) -> serde_json::Value {
     json!({

@@ -1,0 +1,23 @@
+//! rl-gateway's tests, in one binary (each links the whole HTTP, gRPC and Redis stack, so one
+//! link instead of fourteen): each module a face or a subcommand, against real processes on
+//! loopback.
+
+#[path = "../../../../tests/common/mod.rs"]
+mod common;
+mod rls_support;
+mod support;
+
+mod auth;
+mod envoy_example;
+mod fleet;
+mod forward_auth;
+mod lifecycle;
+mod policy_cli;
+mod policy_cmd;
+mod proxy;
+mod replay;
+mod rls;
+mod rls_config;
+mod rls_envoy_protos;
+mod rls_reference;
+mod rls_store;

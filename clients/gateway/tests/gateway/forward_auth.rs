@@ -19,11 +19,19 @@ fn policy() -> serde_json::Value {
     })
 }
 
-/// A server process of the test, killed when dropped.
+/// A server process of the test, stopped when dropped: with SIGTERM, which nginx's master
+/// passes on to its workers (a SIGKILL would leave them running), then SIGKILL if it lingers.
 struct Proxy(Child);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

@@ -150,6 +150,59 @@ pub fn parse_rfc3339(text: &str) -> Option<Instant> {
     u64::try_from(us).ok().map(Instant)
 }
 
+/// An instant in RFC 3339, UTC (`2026-12-07T00:00:00Z`, `2024-02-29T12:00:00.25Z`): a fraction
+/// of a second only when there is one. The inverse of [`parse_rfc3339`] for instants in UTC.
+pub fn format_rfc3339(at: Instant) -> String {
+    let us = at.as_micros();
+    let (secs, micros) = (us / 1_000_000, us % 1_000_000);
+    let (days, secs) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (secs / 3_600, secs / 60 % 60, secs % 60);
+    let frac = if micros == 0 {
+        String::new()
+    } else {
+        format!(".{micros:06}").trim_end_matches('0').to_string()
+    };
+    match civil(days) {
+        Some((year, month, day)) => {
+            format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}Z")
+        }
+        // Unreachable (a u64 of µs is under 2.2e8 days, far from any overflow below), but an
+        // instant is still worth printing exactly.
+        None => format!("{us}us after the epoch"),
+    }
+}
+
+/// The civil date of a count of days since 1970-01-01 (Hinnant's algorithm, proleptic
+/// Gregorian).
+fn civil(days: u64) -> Option<(u64, u64, u64)> {
+    let z = days.checked_add(719_468)?;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = doe
+        .checked_sub(doe / 1_460)?
+        .checked_add(doe / 36_524)?
+        .checked_sub(doe / 146_096)?
+        / 365;
+    let doy = doe.checked_sub(
+        yoe.checked_mul(365)?
+            .checked_add(yoe / 4)?
+            .checked_sub(yoe / 100)?,
+    )?;
+    let mp = doy.checked_mul(5)?.checked_add(2)? / 153;
+    let day = doy
+        .checked_sub(mp.checked_mul(153)?.checked_add(2)? / 5)?
+        .checked_add(1)?;
+    let month = if mp < 10 {
+        mp.checked_add(3)?
+    } else {
+        mp.checked_sub(9)?
+    };
+    let year = era
+        .checked_mul(400)?
+        .checked_add(yoe)?
+        .checked_add(u64::from(month <= 2))?;
+    Some((year, month, day))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +230,18 @@ mod tests {
             let shift = (h * 60 + m) * 60_000_000;
             prop_assert_eq!(east.map(Instant::as_micros), utc.map(|u| u - shift));
         }
+    }
+
+    #[test]
+    fn instants_formatted() {
+        let f = |us| format_rfc3339(Instant::from_micros(us));
+        assert_eq!(f(0), "1970-01-01T00:00:00Z");
+        assert_eq!(f(1_767_225_600_000_000), "2026-01-01T00:00:00Z");
+        assert_eq!(f(1_709_208_000_250_000), "2024-02-29T12:00:00.25Z");
+        assert_eq!(f(951_868_799_000_001), "2000-02-29T23:59:59.000001Z");
+        assert!(f(u64::MAX).ends_with('Z'));
+        let at = Instant::from_micros(1_767_225_600_000_000);
+        assert_eq!(parse_rfc3339(&format_rfc3339(at)), Some(at));
     }
 
     #[test]

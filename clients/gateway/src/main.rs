@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+use redis_rl_client::engine::time::format_rfc3339;
 use redis_rl_client::engine::Instant;
 use rl_gateway::admin::{self, Ready, Reload};
 use rl_gateway::auth::{self, DenyStatus};
@@ -296,7 +297,9 @@ async fn publish(
                 "rl-gateway: version {} not published: version {current} is in force at {key} \
                  (published by {by} at {})",
                 policy.version,
-                published::rfc3339(at_ms)
+                format_rfc3339(Instant::from_micros(
+                    (at_ms / 1000).saturating_mul(1_000_000)
+                ))
             );
             ExitCode::from(1)
         }

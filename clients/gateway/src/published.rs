@@ -214,38 +214,3 @@ pub fn read_cache(file: &Path) -> Result<Snapshot, String> {
     let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
     serde_json::from_slice(&text).map_err(|e| format!("{}: not a snapshot: {e}", file.display()))
 }
-
-/// A Unix time in milliseconds as an RFC 3339 UTC instant (the civil date by Howard Hinnant's
-/// days-from-civil inverse).
-pub fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rfc3339;
-
-    #[test]
-    fn instants_in_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_767_225_600_000), "2026-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_827_696_789), "2000-02-29T12:34:56Z");
-    }
-}

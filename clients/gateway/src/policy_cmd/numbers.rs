@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rl_engine::policy::{RuleKind, RuleSpec};
+use rl_engine::time::format_rfc3339;
 use rl_engine::{Instant, Policy};
 
 use super::ratio::{wide, Ratio};
@@ -75,7 +76,7 @@ impl fmt::Display for Source {
         match self {
             Source::Rule => f.pad("rule"),
             Source::Plan(p) => f.pad(&format!("plan {}", printable(p))),
-            Source::Override(until) => f.pad(&format!("override until {}", rfc3339(*until))),
+            Source::Override(until) => f.pad(&format!("override until {}", format_rfc3339(*until))),
         }
     }
 }
@@ -298,56 +299,4 @@ pub(crate) fn duration(d: Duration) -> String {
         }
     }
     format!("{ms}ms")
-}
-
-/// An instant of the engine's clock in RFC 3339, UTC (`2026-12-07T00:00:00Z`).
-pub(crate) fn rfc3339(at: Instant) -> String {
-    let us = at.as_micros();
-    let (secs, micros) = (us / SECOND_US, us % SECOND_US);
-    let (days, secs) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (secs / 3_600, secs / 60 % 60, secs % 60);
-    let frac = if micros == 0 {
-        String::new()
-    } else {
-        format!(".{micros:06}").trim_end_matches('0').to_string()
-    };
-    match civil(days) {
-        Some((year, month, day)) => {
-            format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}Z")
-        }
-        // Unreachable (a u64 of µs is under 2.2e8 days, far from any overflow below), but an
-        // instant is still worth printing exactly.
-        None => format!("{us}us after the epoch"),
-    }
-}
-
-/// The civil date of a count of days since 1970-01-01 (Hinnant's algorithm, proleptic
-/// Gregorian).
-fn civil(days: u64) -> Option<(u64, u64, u64)> {
-    let z = days.checked_add(719_468)?;
-    let (era, doe) = (z / 146_097, z % 146_097);
-    let yoe = doe
-        .checked_sub(doe / 1_460)?
-        .checked_add(doe / 36_524)?
-        .checked_sub(doe / 146_096)?
-        / 365;
-    let doy = doe.checked_sub(
-        yoe.checked_mul(365)?
-            .checked_add(yoe / 4)?
-            .checked_sub(yoe / 100)?,
-    )?;
-    let mp = doy.checked_mul(5)?.checked_add(2)? / 153;
-    let day = doy
-        .checked_sub(mp.checked_mul(153)?.checked_add(2)? / 5)?
-        .checked_add(1)?;
-    let month = if mp < 10 {
-        mp.checked_add(3)?
-    } else {
-        mp.checked_sub(9)?
-    };
-    let year = era
-        .checked_mul(400)?
-        .checked_add(yoe)?
-        .checked_add(u64::from(month <= 2))?;
-    Some((year, month, day))
 }

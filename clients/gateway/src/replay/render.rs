@@ -3,6 +3,9 @@
 
 use std::fmt::Write as _;
 
+use rl_engine::time::format_rfc3339;
+use rl_engine::Instant;
+
 use super::report::{Report, FIRST_LINES};
 use super::tenants::CAP;
 
@@ -18,7 +21,11 @@ impl Report {
 
     fn summary(&self, out: &mut String) {
         let span = match self.span_us {
-            Some((first, last)) => format!(", {} to {}", rfc3339(first), rfc3339(last)),
+            Some((first, last)) => format!(
+                ", {} to {}",
+                format_rfc3339(Instant::from_micros(first)),
+                format_rfc3339(Instant::from_micros(last))
+            ),
             None => String::new(),
         };
         let _ = writeln!(
@@ -250,48 +257,4 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>], right: &[usize
 /// Microseconds as seconds, to the millisecond.
 fn seconds(us: u64) -> String {
     format!("{}.{:03} s", us / 1_000_000, us % 1_000_000 / 1000)
-}
-
-/// Microseconds as `2026-01-01T00:00:00.25Z` (a fraction only when there is one).
-// Unix microseconds in a `u64` span fewer than 2.2e8 days, so no step of the date's arithmetic
-// can overflow an `i64`, nor go below zero where it is not meant to.
-#[allow(clippy::arithmetic_side_effects)]
-fn rfc3339(us: u64) -> String {
-    let secs = us / 1_000_000;
-    let frac = us % 1_000_000;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
-    let days = i64::try_from(secs / 86_400).unwrap_or_default();
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let rest = secs % 86_400;
-    let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    let mut out = format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}");
-    if frac > 0 {
-        let digits = format!("{frac:06}");
-        let _ = write!(out, ".{}", digits.trim_end_matches('0'));
-    }
-    out.push('Z');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn instants_as_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_767_225_600_000_000), "2026-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_709_208_000_250_000), "2024-02-29T12:00:00.25Z");
-        assert_eq!(rfc3339(951_868_799_000_001), "2000-02-29T23:59:59.000001Z");
-        // The clock's end renders, far in the future.
-        assert!(rfc3339(u64::MAX).ends_with('Z'));
-    }
 }

@@ -164,13 +164,7 @@ async fn a_fleet_of_three_follows_a_publication_by_its_notice() {
         }
     }
     eprintln!("the fleet followed in {:?}", published.elapsed());
-    // Until its connection to the store is made, a gateway answers with its postures.
-    let ready = format!("{}/readyz", fleet[0].url("admin"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !reqwest::get(&ready).await.is_ok_and(|r| r.status() == 200) {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    fleet[0].ready().await;
     let r = reqwest::Client::new()
         .get(format!("{}/orders/1", fleet[0].url("proxy")))
         .header("x-user", "ann")

@@ -78,13 +78,7 @@ async fn the_admin_face_reports_and_reloads_and_sighup_reloads_too() {
             .status(),
         200
     );
-    assert_eq!(
-        reqwest::get(format!("{admin}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    gw.ready().await;
     let r = reqwest::Client::new()
         .get(format!("{}/orders/1", gw.url("proxy")))
         .header("x-user", "ann")
@@ -158,12 +152,7 @@ async fn started_while_redis_is_down_it_listens_answers_its_posture_and_recovers
     };
     assert_eq!(order().await.unwrap().status(), 503);
     redis.start_again();
-    eventually("ready once Redis is up", async || {
-        reqwest::get(format!("{admin}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    gw.ready().await;
     eventually("decisions return to the store", async || {
         order().await.is_ok_and(|r| r.status() == 200)
     })
@@ -176,14 +165,7 @@ async fn sigterm_lets_the_request_in_flight_finish_and_releases_its_slot() {
     let (up, seen) = upstream().await;
     let file = policy_file(&policy(1, "drain"));
     let gw = start(redis.port, &file, &up);
-    // Until its connection is made, the gateway answers with the routes' postures.
-    let admin = gw.url("admin");
-    eventually("ready", async || {
-        reqwest::get(format!("{admin}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    gw.ready().await;
     let url = format!("{}/export?ms=1500", gw.url("proxy"));
     let in_flight = tokio::spawn(async move {
         let r = reqwest::Client::new().post(url).send().await.unwrap();

@@ -66,6 +66,17 @@ impl Gateway {
         }
     }
 
+    /// Waits (at most 20 s) until `/readyz` says the store answers: until its connection is
+    /// made, a gateway answers with the routes' postures.
+    pub async fn ready(&self) {
+        let ready = format!("{}/readyz", self.url("admin"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !reqwest::get(&ready).await.is_ok_and(|r| r.status() == 200) {
+            assert!(std::time::Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     pub fn url(&self, face: &str) -> String {
         format!("http://{}", self.faces[face])
     }

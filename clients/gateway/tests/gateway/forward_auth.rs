@@ -123,41 +123,53 @@ async fn get(url: &str, user: &str) -> reqwest::Response {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn nginx_auth_request_as_shipped() {
+/// The two admissions and the refusal every shipped configuration gives `ann` at `url`: the
+/// refusal's response, for what each proxy adds to it.
+async fn admits_twice_then_refuses(url: &str) -> reqwest::Response {
+    let ok = get(url, "ann").await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["ratelimit-policy"], "\"user\";q=2;w=60");
+    assert_eq!(ok.headers()["ratelimit"], "\"user\";r=1;t=30");
+    assert_eq!(get(url, "ann").await.status(), 200);
+    let refused = get(url, "ann").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    refused
+}
+
+/// rl-gateway's auth face on memory://, then the proxy `start` makes of the example `name`
+/// (its ports replaced) in front of an upstream: the proxy's URL for one route, what the
+/// upstream saw, and what must live as long as the test.
+async fn behind(
+    name: &str,
+    deny: &[&str],
+    start: fn(&Path, &str) -> Child,
+) -> (String, Seen, Gateway, Proxy) {
     let (api, seen) = upstream().await;
     let file = policy_file(&policy());
-    let path = file.to_str().unwrap();
-    let gw = Gateway::start(&[
-        "--policy",
-        path,
-        "--store",
-        "memory://",
-        "--auth",
-        "127.0.0.1:0",
-        "--auth-deny-status",
-        "403",
-    ]);
+    let mut args = vec!["--policy", file.to_str().unwrap(), "--store", "memory://"];
+    args.extend_from_slice(&["--auth", "127.0.0.1:0"]);
+    args.extend_from_slice(deny);
+    let gw = Gateway::start(&args);
     let listen = closed_port();
-    let site = with_ports(
-        &example("nginx.conf"),
+    let config = with_ports(
+        &example(name),
         listen,
         gw.faces["auth"].port(),
         port_of(&api),
     );
-    let dir = scratch("nginx");
-    let mut child = nginx(&dir, &site);
+    let mut child = start(&scratch(name), &config);
     wait_listening(listen, &mut child).await;
-    let _nginx = Proxy(child);
     let url = format!("http://127.0.0.1:{listen}/orders/7");
-    let ok = get(&url, "ann").await;
-    assert_eq!(ok.status(), 200);
-    assert_eq!(ok.headers()["ratelimit-policy"], "\"user\";q=2;w=60");
-    assert_eq!(ok.headers()["ratelimit"], "\"user\";r=1;t=30");
-    assert_eq!(get(&url, "ann").await.status(), 200);
-    let refused = get(&url, "ann").await;
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "30");
+    (url, seen, gw, Proxy(child))
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<crate::support::Seen>>>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nginx_auth_request_as_shipped() {
+    let (url, seen, gw, _nginx) = behind("nginx.conf", &["--auth-deny-status", "403"], nginx).await;
+    let refused = admits_twice_then_refuses(&url).await;
     assert_eq!(
         refused.headers()["content-type"],
         "application/problem+json"
@@ -173,37 +185,8 @@ async fn nginx_auth_request_as_shipped() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn caddy_forward_auth_as_shipped() {
-    let (api, seen) = upstream().await;
-    let file = policy_file(&policy());
-    let path = file.to_str().unwrap();
-    let gw = Gateway::start(&[
-        "--policy",
-        path,
-        "--store",
-        "memory://",
-        "--auth",
-        "127.0.0.1:0",
-    ]);
-    let listen = closed_port();
-    let caddyfile = with_ports(
-        &example("Caddyfile"),
-        listen,
-        gw.faces["auth"].port(),
-        port_of(&api),
-    );
-    let dir = scratch("caddy");
-    let mut child = caddy(&dir, &caddyfile);
-    wait_listening(listen, &mut child).await;
-    let _caddy = Proxy(child);
-    let url = format!("http://127.0.0.1:{listen}/orders/7");
-    let ok = get(&url, "ann").await;
-    assert_eq!(ok.status(), 200);
-    assert_eq!(ok.headers()["ratelimit-policy"], "\"user\";q=2;w=60");
-    assert_eq!(ok.headers()["ratelimit"], "\"user\";r=1;t=30");
-    assert_eq!(get(&url, "ann").await.status(), 200);
-    let refused = get(&url, "ann").await;
-    assert_eq!(refused.status(), 429);
-    assert_eq!(refused.headers()["retry-after"], "30");
+    let (url, seen, _gw, _caddy) = behind("Caddyfile", &[], caddy).await;
+    let refused = admits_twice_then_refuses(&url).await;
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["violated-policies"], json!(["user"]));
     assert_eq!(seen.lock().unwrap().len(), 2);

@@ -1163,7 +1163,7 @@ function failure(err) {
   if (e.kind === "unavailable") return { fail: e.timeout ? "timeout" : e.message };
   return { error: `ERR ${e.message}` };
 }
-async function sendAll(rl, calls, deadline, since, timeoutMs) {
+async function sendAll(rl, calls, deadline, since) {
   const answers = [];
   const cancel = { cancelled: false };
   let taken = false;
@@ -1193,7 +1193,7 @@ async function sendAll(rl, calls, deadline, since, timeoutMs) {
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1e3);
   const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
-  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * timeoutMs;
+  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * ms;
   if (overloaded) await new Promise((r) => setImmediate(r));
   taken = true;
   const got = answers.slice();
@@ -1325,26 +1325,16 @@ var Gateway = class {
     while (step.kind !== "done") {
       if (step.kind === "wait") {
         await sleep((step.until - nowUs()) / 1e3);
-        if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, headers, nowUs());
-          sendEach(rl, pending.abandon(), this.logger, shed.route);
-          return this.answer(shed, rl);
-        }
         step = pending.resume([], nowUs());
       } else {
         this.timeoutMs = (step.deadline - started) / 1e3;
-        const answers = await sendAll(rl, step.calls, step.deadline, since, this.timeoutMs);
+        const answers = await sendAll(rl, step.calls, step.deadline, since);
         step = pending.resume(answers, nowUs());
       }
     }
     const decision = this.answer(step.verdict, rl);
     if (decision?.status !== 200) return decision;
     return held(decision, pending.holdings(), started, (calls) => sendEach(rl, calls, this.logger, step.verdict.route));
-  }
-  // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
-  // deadline with the loop running late meanwhile.
-  overran(started, since) {
-    return this.timeoutMs !== null && nowUs() - started >= this.timeoutMs * 1e3 && this.lag.since(since) >= OVERLOADED_SHARE * this.timeoutMs;
   }
   // A verdict's background calls sent, its records logged; null when no route matched, else the
   // gateway's own answer or an admission (status 200).

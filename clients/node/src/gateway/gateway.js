@@ -17,9 +17,11 @@ import { PolicyError, PolicyStore } from './policy.js';
 // on its own, a reservation stays at its estimate.
 const BACKGROUND_TIMEOUT_MS = 1000;
 
-// A call that misses its deadline while the event loop ran later than this share of the
-// deadline may well have been answered in time and not read: the gateway's own overload, which
-// the breaker does not count.
+// A call that misses its deadline while the event loop ran later than this share of the time the
+// call had (what was left of the request's deadline when it was sent) may well have been answered
+// in time and not read: the gateway's own overload, which the breaker does not count. (A call
+// sent late in a request has a few milliseconds; a loop running 10 ms late reads its reply after
+// them, whatever the store did.)
 const OVERLOADED_SHARE = 0.25;
 const OVERLOADED = { fail: 'overloaded' };
 // A loop running this many deadlines late sheds new requests before deciding them: their
@@ -83,11 +85,11 @@ function failure(err) {
 
 // Sends the calls in order until `deadline` (µs); those not answered by then are missing, which
 // the engine counts as timeouts. After the deadline the client sends nothing more for them. When
-// the loop ran late since the request began (`since`, performance.now() ms) under a deadline of
-// `timeoutMs`, the replies that arrived meanwhile may not have been read yet: they get one more
-// turn of the loop (an immediate runs after the loop has read its sockets), and the calls still
-// missing after it are the gateway's own overload.
-async function sendAll(rl, calls, deadline, since, timeoutMs) {
+// the loop ran late since the request began (`since`, performance.now() ms) by a share of the
+// time the calls had, the replies that arrived meanwhile may not have been read yet: they get one
+// more turn of the loop (an immediate runs after the loop has read its sockets), and the calls
+// still missing after it are the gateway's own overload.
+async function sendAll(rl, calls, deadline, since) {
   const answers = [];
   const cancel = { cancelled: false };
   let taken = false;
@@ -121,7 +123,7 @@ async function sendAll(rl, calls, deadline, since, timeoutMs) {
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1000);
   const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
-  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * timeoutMs;
+  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * ms;
   if (overloaded) await new Promise((r) => setImmediate(r));
   taken = true;
   const got = answers.slice();
@@ -262,33 +264,19 @@ export class Gateway {
     let step = pending.first();
     while (step.kind !== 'done') {
       if (step.kind === 'wait') {
-        // Another request is refilling a chunk this one needs.
+        // Another request is refilling a chunk this one needs (past its deadline, the engine
+        // sheds it).
         await sleep((step.until - nowUs()) / 1000);
-        // The engine counts a wait past the deadline as the store's timeout; past it because the
-        // loop ran late, it is the gateway's overload: what the request took is given back (as
-        // after a failure, the probe slot freed) and it is shed.
-        if (this.overran(started, since)) {
-          const shed = this.engine.shed(request, headers, nowUs());
-          sendEach(rl, pending.abandon(), this.logger, shed.route);
-          return this.answer(shed, rl);
-        }
         step = pending.resume([], nowUs());
       } else {
         this.timeoutMs = (step.deadline - started) / 1000;
-        const answers = await sendAll(rl, step.calls, step.deadline, since, this.timeoutMs);
+        const answers = await sendAll(rl, step.calls, step.deadline, since);
         step = pending.resume(answers, nowUs());
       }
     }
     const decision = this.answer(step.verdict, rl);
     if (decision?.status !== 200) return decision;
     return held(decision, pending.holdings(), started, (calls) => sendEach(rl, calls, this.logger, step.verdict.route));
-  }
-
-  // Whether a request begun at `started` (µs; `since` in performance.now() ms) is past its
-  // deadline with the loop running late meanwhile.
-  overran(started, since) {
-    return this.timeoutMs !== null && nowUs() - started >= this.timeoutMs * 1000
-      && this.lag.since(since) >= OVERLOADED_SHARE * this.timeoutMs;
   }
 
   // A verdict's background calls sent, its records logged; null when no route matched, else the

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Expect, Held, Pending, Phase, Taken};
 use crate::engine::{lock, Call, Chunk, Step};
-use crate::metrics::{CallResult, Event};
+use crate::metrics::Event;
 use crate::policy::RuleKind;
 use crate::time::Instant;
 use crate::wire::command::{Acquire, Admit, Grant, Multi, MultiRule};
@@ -34,14 +34,17 @@ impl Pending {
             });
             return None;
         }
+        // Past its deadline (it waited for others' refills), a request sends nothing more.
+        if now >= self.deadline {
+            drop(chunks);
+            return Some(self.waited_out(now));
+        }
         // A refill in flight is waited for, unless it is older than any answer can be.
         let stale = self.shared.timeout(&ctx.policy).saturating_mul(2);
-        if let Some(since) = chunk.refilling.filter(|s| now.duration_since(*s) < stale) {
-            let _ = since;
-            if now >= self.deadline {
-                drop(chunks);
-                return Some(self.failed(CallResult::Timeout, now));
-            }
+        if chunk
+            .refilling
+            .is_some_and(|since| now.duration_since(since) < stale)
+        {
             let until = now
                 .saturating_add(Duration::from_millis(1))
                 .min(self.deadline);

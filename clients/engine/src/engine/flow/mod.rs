@@ -88,6 +88,9 @@ pub struct Pending {
     /// Whether `id` came from the caller's `Idempotency-Key` (else it is drawn).
     keyed_id: bool,
     ticket: Option<Ticket>,
+    /// Whether a call of this request went to the store: only then is there an outcome for
+    /// the breaker and a latency for the histogram (a request spent from chunks has neither).
+    sent: bool,
     started: Instant,
     deadline: Instant,
     phase: Phase,
@@ -131,6 +134,7 @@ impl Pending {
             id: Vec::new(),
             keyed_id: false,
             ticket: None,
+            sent: false,
             started: now,
             deadline: now.saturating_add(policy.store.timeout),
             phase: Phase::Done,
@@ -306,9 +310,6 @@ impl Pending {
         if self.phase == Phase::Durable {
             return self.waited(expected, answers);
         }
-        if expected.is_empty() && now >= self.deadline {
-            return self.failed(CallResult::Timeout, now);
-        }
         let mut answers = answers.into_iter();
         for expect in expected {
             let reply = match answers.next().unwrap_or(Answer::Timeout) {
@@ -404,6 +405,7 @@ impl Pending {
     }
 
     fn ask(&mut self, calls: Vec<Call>) -> Step {
+        self.sent = true;
         Step::Calls {
             calls,
             deadline: self.deadline,
@@ -419,11 +421,16 @@ impl Pending {
         }
     }
 
-    /// Reports the store calls, as one call, to the breaker and the latency histogram.
+    /// Reports the store calls, as one call, to the breaker and the latency histogram; a
+    /// request that sent none gives its ticket back (a probe slot is freed for the next).
     fn store_ended(&mut self, ok: bool, result: CallResult, now: Instant) {
         let Some(ticket) = self.ticket.take() else {
             return;
         };
+        if !self.sent {
+            self.shared.breaker.abandon(ticket);
+            return;
+        }
         self.shared.breaker.report(ticket, ok, now);
         self.shared.metrics.record(Event::StoreCall {
             result,
@@ -495,6 +502,16 @@ impl Pending {
         let mut verdict = self.shared.posture(ctx, now);
         verdict.background = background;
         Step::Done(verdict)
+    }
+
+    /// The deadline passed while another request's refill of a chunk was in flight. That
+    /// refill's own deadline came first (it began first), so its outcome is the store's,
+    /// reported once by the request that sent it; a request still waiting is held back by the
+    /// gateway's own contention (a driver late to run it, others draining each new chunk):
+    /// shed, as when a driver cannot wait for a reply. Calls it sent before were answered.
+    pub(super) fn waited_out(&mut self, now: Instant) -> Step {
+        self.store_ended(true, CallResult::Ok, now);
+        self.shed()
     }
 
     /// The driver could not wait for a reply (its own overload): shed, with what was taken

@@ -37,9 +37,11 @@ BACKGROUND_TIMEOUT = 1.0
 RETRY_PAUSE = 0.05
 
 # The gateway's own overload (clients/SPEC.md, gateway behaviour, section 7): a store call that
-# missed its deadline while the event loop ran this share of store.timeout late or more was not
-# the store's failure (its reply may have been waiting to be read), and while the loop runs two
-# store timeouts late a new request is shed before any store call (as the Node gateway does).
+# missed its deadline while the event loop ran late by this share of the time the call had (what
+# was left of the request's deadline when it was sent: one sent late in a request has a few
+# milliseconds) was not the store's failure (its reply may have been waiting to be read), and
+# while the loop runs two store timeouts late a new request is shed before any store call (as
+# the Node gateway does).
 OVERLOAD_SHARE = 0.25
 
 # The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
@@ -424,9 +426,10 @@ class Gateway:
             while type(step) is not Verdict:
                 if type(step) is Calls:
                     sent = asyncio.get_running_loop().time()
+                    window = max(0.0, (step.deadline - now_us()) / 1e6)
                     answers = await _send_all(store, step.calls, step.deadline)
                     if (len(answers) < len(step.calls)
-                            and self._lag.since(sent) >= OVERLOAD_SHARE * timeout):
+                            and self._lag.since(sent) >= OVERLOAD_SHARE * window):
                         # Missed the deadline while the loop itself ran late: the reply may
                         # be read, not the store slow. The breaker counts nothing.
                         answers.append(engine.overloaded())

@@ -1,0 +1,295 @@
+//! The three parts of the bench, each printing its tables: proxy, RLS and hot key.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tonic::transport::Channel;
+
+use crate::common::Server;
+use crate::load::{
+    closed_loop, connect, get, metric, multi_call, not_ok, open_loop, percentile, rls_call,
+    sequential, server_calls, slow_windows, Call, Load, Series,
+};
+use crate::procs::{clock_ticks_per_second, Faces, Servers};
+use crate::WANT;
+
+pub(crate) async fn proxy(
+    contenders: &[(&str, SocketAddr, &str)],
+    servers: &Servers,
+    rounds: usize,
+    run: Duration,
+    connections: usize,
+    latency_requests: usize,
+) {
+    // Latency: one keep-alive connection each, warmed, then blocks in turn.
+    let mut senders = Vec::new();
+    for (_, addr, path) in contenders {
+        let mut s = connect(*addr).await;
+        sequential(&mut s, *addr, path, 500, &mut Vec::new()).await;
+        senders.push(s);
+    }
+    let blocks = 10;
+    let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..blocks {
+        for (i, (_, addr, path)) in contenders.iter().enumerate() {
+            sequential(
+                &mut senders[i],
+                *addr,
+                path,
+                latency_requests / blocks,
+                &mut lat[i],
+            )
+            .await;
+        }
+    }
+    drop(senders);
+    // Requests/s: closed loop, rounds in turn.
+    let mut loads: Vec<Load> = contenders.iter().map(|_| Load::default()).collect();
+    for (_, addr, path) in contenders {
+        closed_loop(*addr, path, connections, Duration::from_millis(300)).await;
+    }
+    // CPU ticks each server spent during each contender's loads.
+    let mut cpu: Vec<Vec<u64>> = vec![vec![0; servers.0.len()]; contenders.len()];
+    for _ in 0..rounds {
+        for (i, (_, addr, path)) in contenders.iter().enumerate() {
+            let before = servers.ticks();
+            let load = closed_loop(*addr, path, connections, run).await;
+            for (total, (after, before)) in
+                cpu[i].iter_mut().zip(servers.ticks().iter().zip(before))
+            {
+                *total += after - before;
+            }
+            loads[i].add(load);
+        }
+    }
+    for l in &mut lat {
+        l.sort();
+    }
+    for l in &mut loads {
+        l.latencies.sort();
+    }
+    let direct50 = percentile(&lat[0], 0.5);
+    let direct99 = percentile(&lat[0], 0.99);
+    let direct_rps = loads[0].per_second();
+    let nginx_rps = loads[1].per_second();
+    println!(
+        "\n### Proxy: GET /x, one rule (`RL.MULTI` per request on Redis); {} sequential requests per path, then {connections} connections back to back\n",
+        lat[0].len()
+    );
+    println!("| path | p50 (µs) | p99 (µs) | p50 over direct | p99 over direct | requests/s | vs direct | vs nginx | p50 / p99 under load (µs) | answers not 200 under load |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for (i, (name, _, _)) in contenders.iter().enumerate() {
+        let (p50, p99) = (percentile(&lat[i], 0.5), percentile(&lat[i], 0.99));
+        let rps = loads[i].per_second();
+        let over = |v: f64, base: f64| {
+            if i == 0 {
+                "".to_string()
+            } else {
+                format!("{:+.0}", v - base)
+            }
+        };
+        println!(
+            "| {name} | {p50:.0} | {p99:.0} | {} | {} | {rps:.0} | {:.2}x | {} | {:.0} / {:.0} | {} |",
+            over(p50, direct50),
+            over(p99, direct99),
+            rps / direct_rps,
+            if i == 0 {
+                String::new()
+            } else {
+                format!("{:.2}x", rps / nginx_rps)
+            },
+            percentile(&loads[i].latencies, 0.5),
+            percentile(&loads[i].latencies, 0.99),
+            not_ok(&loads[i]),
+        );
+    }
+    // Where the server CPU went, per request.
+    let hz = clock_ticks_per_second();
+    println!("\nServer CPU time per request during those loads (µs, user + system, from `/proc/PID/stat`):\n");
+    let names: Vec<&str> = servers.0.iter().map(|(n, _)| *n).collect();
+    println!(
+        "| path | {} | all servers | server CPU busy (of one CPU) |",
+        names.join(" | ")
+    );
+    println!("|---|{}---:|---:|", "---:|".repeat(names.len()));
+    for (i, (name, _, _)) in contenders.iter().enumerate() {
+        let requests = (loads[i].ok + loads[i].refused + loads[i].other).max(1) as f64;
+        let per = |ticks: u64| ticks as f64 / hz * 1e6 / requests;
+        let cells: Vec<String> = cpu[i].iter().map(|t| format!("{:.1}", per(*t))).collect();
+        let busy = cpu[i].iter().sum::<u64>() as f64 / hz / loads[i].elapsed.as_secs_f64();
+        println!(
+            "| {name} | {} | {:.1} | {:.0} % |",
+            cells.join(" | "),
+            per(cpu[i].iter().sum()),
+            100.0 * busy
+        );
+    }
+    let last = contenders.len() - 1;
+    let (g50, grps) = (percentile(&lat[last], 0.5), loads[last].per_second());
+    println!(
+        "\nAims: p50 over direct ≤ +150 µs: +{:.0} µs ({}); requests/s ≥ nginx's: {:.2}x ({}).",
+        g50 - direct50,
+        if g50 - direct50 <= 150.0 {
+            "met"
+        } else {
+            "not met"
+        },
+        grps / nginx_rps,
+        if grps >= nginx_rps { "met" } else { "not met" }
+    );
+}
+
+pub(crate) async fn rls(
+    server: &Server,
+    servers: &Servers,
+    (mem, red): (&Faces, &Faces),
+    rounds: usize,
+    run: Duration,
+    rate: u64,
+) {
+    let channel = |addr: SocketAddr| async move {
+        Channel::from_shared(format!("http://{addr}"))
+            .expect("a URI")
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .expect("a gRPC connection")
+    };
+    let (mem_ch, red_ch) = (channel(mem.grpc).await, channel(red.grpc).await);
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).expect("a client");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let mut series: Vec<(&str, usize, Call, Series)> = Vec::new();
+    for n in [1, 5] {
+        series.push((
+            "`RL.MULTI` straight to Redis",
+            n,
+            multi_call(conn.clone(), n),
+            Series::default(),
+        ));
+        series.push((
+            "rl-gateway, `memory://`",
+            n,
+            rls_call(mem_ch.clone(), n),
+            Series::default(),
+        ));
+        series.push((
+            "rl-gateway, Redis",
+            n,
+            rls_call(red_ch.clone(), n),
+            Series::default(),
+        ));
+    }
+    let trace = std::env::var_os("RLS_TRACE").is_some();
+    // Warm-up, not counted.
+    for (_, _, call, _) in &series {
+        open_loop(rate, Duration::from_millis(500), call).await;
+    }
+    for _ in 0..rounds {
+        for (name, n, call, s) in series.iter_mut() {
+            let before = servers.split();
+            let timed = open_loop(rate, run, call).await;
+            let after = servers.split();
+            if trace {
+                slow_windows(name, *n, rate, &timed);
+            }
+            s.cpu.0 += after.0 - before.0;
+            s.cpu.1 += after.1 - before.1;
+            s.add(timed, run.as_secs_f64());
+        }
+    }
+    println!("\n### RLS: `ShouldRateLimit`, open loop at {rate} requests/s over one HTTP/2 connection, latency from each request's scheduled instant\n");
+    println!("| descriptors | path | requests | failed | p50 (µs) | p99 (µs) | p99 of each round (µs) | p99.9 (µs) | max (µs) | p99 vs `RL.MULTI` alone | aim p99 ≤ 1 ms | CPU per request (µs): rl-gateway + Redis | load generator's lag p50 / p99 (µs) |");
+    println!("|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|");
+    let hz = clock_ticks_per_second();
+    let mut base99 = 0.0;
+    for (name, n, _, s) in series.iter_mut() {
+        s.sort();
+        let p99 = percentile(&s.latencies, 0.99);
+        let is_base = name.starts_with('`');
+        if is_base {
+            base99 = p99;
+        }
+        println!(
+            "| {n} | {name} | {} | {} | {:.0} | {p99:.0} | {} | {:.0} | {:.0} | {} | {} | {:.1} + {:.1} | {:.0} / {:.0} |",
+            s.sent,
+            s.failed,
+            percentile(&s.latencies, 0.5),
+            s.round_p99
+                .iter()
+                .map(|p| format!("{p:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            percentile(&s.latencies, 0.999),
+            s.latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1e6),
+            if is_base { String::new() } else { format!("{:.2}x", p99 / base99) },
+            if name.ends_with("Redis") && !is_base {
+                if p99 <= 1000.0 { "met" } else { "not met" }
+            } else {
+                ""
+            },
+            s.cpu.0 as f64 / hz * 1e6 / s.sent.max(1) as f64,
+            s.cpu.1 as f64 / hz * 1e6 / s.sent.max(1) as f64,
+            percentile(&s.lags, 0.5),
+            percentile(&s.lags, 0.99),
+        );
+    }
+}
+
+pub(crate) async fn hot_key(server: &Server, red: &Faces, run: Duration, connections: usize) {
+    const CALLS: &str = "rl_gateway_store_call_duration_seconds_count";
+    const REFILLS: &str = "rl_gateway_grant_refills_total";
+    let (calls0, refills0, server0) = (
+        metric(red.admin, CALLS).await,
+        metric(red.admin, REFILLS).await,
+        server_calls(server),
+    );
+    let load = closed_loop(red.proxy, "/hot", connections, run).await;
+    let (calls1, refills1, server1) = (
+        metric(red.admin, CALLS).await,
+        metric(red.admin, REFILLS).await,
+        server_calls(server),
+    );
+    // What the gateway still holds when the load stops is valid, not lost: its next requests
+    // spend it. Count them: requests until the next refill.
+    let mut held = 0;
+    let mut sender = connect(red.proxy).await;
+    while held <= WANT {
+        let status = get(&mut sender, red.proxy, "/hot", "probe").await;
+        if metric(red.admin, REFILLS).await > refills1 {
+            break;
+        }
+        held += u64::from(status == 200);
+    }
+    let (calls, refills, at_server) = (calls1 - calls0, refills1 - refills0, server1 - server0);
+    let percent = |part: u64, whole: u64| 100.0 * part as f64 / whole.max(1) as f64;
+    println!(
+        "\n### Hot key: one `grant` rule (`want` {WANT}, `ttl` 1s) through the proxy on Redis, {connections} connections, {:.1} s\n",
+        load.elapsed.as_secs_f64()
+    );
+    println!("| measure | value | baseline | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| requests admitted (per second) | {} ({:.0}) | | |",
+        load.ok,
+        load.ok as f64 / load.elapsed.as_secs_f64()
+    );
+    println!("| answers not 200 | {} | | |", not_ok(&load));
+    println!("| `{CALLS}` (`/metrics`): store calls answered | {calls} | | |");
+    println!("| `{REFILLS}` (`/metrics`): `RL.GRANT` calls | {refills} | | |");
+    println!("| store calls, Redis `INFO commandstats` (`RL.*`) | {at_server} | | |");
+    println!(
+        "| store calls per admitted request | {:.3} % | floor 1/want = {:.3} % | {:.3}x |",
+        percent(at_server, load.ok),
+        100.0 / WANT as f64,
+        percent(at_server, load.ok) * WANT as f64 / 100.0
+    );
+    println!(
+        "| the same, the {held} units still held at the end counted as spent | {:.3} % | aim ≤ 1 % | {} |",
+        percent(at_server, load.ok + held),
+        if percent(at_server, load.ok + held) <= 1.0 { "met" } else { "not met" }
+    );
+}

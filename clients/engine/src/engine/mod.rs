@@ -340,10 +340,10 @@ impl Shared {
             return Step::Done(verdict);
         }
         let decision = format!("{:016x}", self.ids.u64());
-        let plan = verdict.plan.clone().unwrap_or_default();
+        let plan = verdict.plan.as_deref().unwrap_or_default();
         for record in &mut verdict.log {
             record.decision.clone_from(&decision);
-            record.plan.clone_from(&plan);
+            plan.clone_into(&mut record.plan);
         }
         Step::Done(verdict)
     }

@@ -122,7 +122,7 @@ pub struct Verdict {
     /// The matched route's name.
     pub route: Option<String>,
     /// The caller's plan, when the policy has plans and the request got as far as resolving it.
-    pub plan: Option<String>,
+    pub plan: Option<Arc<str>>,
     pub policy_version: u64,
     /// Calls to send after answering (releases, refunds); their replies do not matter.
     pub background: Vec<Call>,
@@ -242,7 +242,7 @@ pub(crate) struct Ctx {
     /// Whether this request's admissions are in the decision log (a sample of them is).
     pub(crate) sampled: bool,
     /// The caller's plan's name, when the policy has plans.
-    pub(crate) plan: Option<String>,
+    pub(crate) plan: Option<Arc<str>>,
 }
 
 impl Ctx {

@@ -7,6 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+// The tenant maps hash a caller's header once or twice per request, with foldhash rather than
+// SipHash: their keys come from the policy alone, so a caller chooses only what is looked up,
+// never what is stored, and has no collisions to pile up.
+use foldhash::fast::RandomState;
 use serde::Deserialize;
 
 use super::validate::RawRule;
@@ -57,10 +61,11 @@ pub(super) struct RawOverride {
 /// The plans of a policy: which plan a caller is on, and the rules each plan changes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Plans {
-    /// Plan names, in name order; a plan is its index here.
-    names: Vec<String>,
+    /// Plan names, in name order; a plan is its index here. Shared, so that a request's
+    /// verdict names its plan without a copy.
+    names: Vec<Arc<str>>,
     default: usize,
-    tenants: HashMap<Vec<u8>, usize>,
+    tenants: HashMap<Vec<u8>, usize, RandomState>,
     /// For each plan, the rules it changes, whole: a few per plan, so a scan of short names
     /// is cheaper than hashing one per rule of every request.
     rules: Vec<Vec<Arc<RuleSpec>>>,
@@ -89,11 +94,11 @@ impl Plans {
         }
     }
 
-    pub fn name(&self, plan: usize) -> &str {
-        self.names.get(plan).map_or("", String::as_str)
+    pub fn name(&self, plan: usize) -> Option<&Arc<str>> {
+        self.names.get(plan)
     }
 
-    pub fn names(&self) -> &[String] {
+    pub fn names(&self) -> &[Arc<str>] {
         &self.names
     }
 
@@ -125,7 +130,7 @@ impl Override {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Overrides {
     list: Vec<Override>,
-    by_tenant: HashMap<Vec<u8>, Vec<usize>>,
+    by_tenant: HashMap<Vec<u8>, Vec<usize>, RandomState>,
 }
 
 impl Overrides {
@@ -244,16 +249,17 @@ impl RawPlans {
         if self.limits.is_empty() {
             return Err(invalid("plans.limits", "names no plan"));
         }
-        let names: Vec<String> = self.limits.keys().cloned().collect();
+        let names: Vec<Arc<str>> = self.limits.keys().map(|n| Arc::from(n.as_str())).collect();
         let known = names.join(", ");
         let plan = |path: String, name: &str| {
             names
                 .iter()
-                .position(|n| n == name)
+                .position(|n| &**n == name)
                 .ok_or_else(|| invalid(path, format!("unknown plan '{name}' (plans: {known})")))
         };
         let default = plan("plans.default".into(), &self.default)?;
-        let mut tenants = HashMap::with_capacity(self.tenants.len());
+        let mut tenants =
+            HashMap::with_capacity_and_hasher(self.tenants.len(), RandomState::default());
         for (tenant, name) in &self.tenants {
             let id = plan(format!("plans.tenants.{tenant}"), name)?;
             tenants.insert(tenant.as_bytes().to_vec(), id);

@@ -47,7 +47,11 @@ impl Doc {
     /// each active override of the rule, in document order.
     pub(crate) fn subjects(&self, rule: &str) -> Vec<Subject> {
         let mut subjects: Vec<Subject> = match &self.policy.plans {
-            Some(plans) => plans.names().iter().cloned().map(Subject::Plan).collect(),
+            Some(plans) => plans
+                .names()
+                .iter()
+                .map(|n| Subject::Plan(n.to_string()))
+                .collect(),
             None => vec![Subject::All],
         };
         subjects.extend(
@@ -80,7 +84,12 @@ impl Doc {
         match &self.policy.plans {
             Some(plans) => {
                 let plan = plans.resolve(None, Some(tenant.as_bytes())).plan;
-                Subject::Plan(plans.name(plan).to_string())
+                Subject::Plan(
+                    plans
+                        .name(plan)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                )
             }
             None => Subject::All,
         }

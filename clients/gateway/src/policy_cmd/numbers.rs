@@ -248,7 +248,8 @@ pub(crate) fn resolve(
         _ if Arc::ptr_eq(spec, rule) => Source::Rule,
         _ => Source::Plan(
             plan.zip(policy.plans.as_ref())
-                .map(|(p, plans)| plans.name(p).to_string())
+                .and_then(|(p, plans)| plans.name(p))
+                .map(ToString::to_string)
                 .unwrap_or_default(),
         ),
     };

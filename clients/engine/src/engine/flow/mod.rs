@@ -207,7 +207,7 @@ impl Pending {
         });
         let plan_name = plan
             .zip(policy.plans.as_ref())
-            .map(|(p, plans)| plans.name(p));
+            .and_then(|(p, plans)| plans.name(p));
         let ip = route
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))
@@ -218,7 +218,7 @@ impl Pending {
             tenant,
             ip: ip.as_deref().map(str::as_bytes),
             route: Some(route.name().as_bytes()),
-            plan: plan_name.map(str::as_bytes),
+            plan: plan_name.map(|n| n.as_bytes()),
             headers: Some(request.headers),
             path: &captures,
             hash: policy.identity.hash.as_ref(),
@@ -244,7 +244,7 @@ impl Pending {
             .map(|key| idempotency_id(tenant, route.name(), key))
             .unwrap_or_default();
         pending.keyed_id = !pending.id.is_empty();
-        let plan_name = plan_name.map(str::to_string);
+        let plan_name = plan_name.cloned();
         let ctx = Ctx {
             policy,
             route,

@@ -445,18 +445,18 @@ impl Shared {
         ctx: &Ctx,
         outcomes: &[(usize, HeaderOutcome)],
     ) -> Vec<(&'static str, String)> {
-        let mut shown: Vec<(usize, HeaderRule, HeaderOutcome)> = outcomes
+        let mut shown: Vec<(usize, &headers::Prepared, &HeaderOutcome)> = outcomes
             .iter()
             .filter_map(|(i, o)| {
                 let k = ctx.keyed.get(*i)?;
                 let visible = !k.rule.shadow && (k.rule.public || ctx.has_user);
-                visible.then(|| (*i, header_rule(&k.rule), o.clone()))
+                visible.then(|| (*i, k.rule.header(), o))
             })
             .collect();
         shown.sort_by_key(|(i, _, _)| *i);
-        let pairs: Vec<(HeaderRule, HeaderOutcome)> =
+        let pairs: Vec<(&headers::Prepared, &HeaderOutcome)> =
             shown.into_iter().map(|(_, r, o)| (r, o)).collect();
-        headers::render(&pairs, self.options.legacy_headers)
+        headers::render_prepared(&pairs, self.options.legacy_headers)
     }
 
     /// The route's posture when the store gave no decision.
@@ -642,24 +642,5 @@ impl Shared {
                 self.count(ctx, i, outcome, log);
             }
         }
-    }
-}
-
-fn header_rule(rule: &RuleSpec) -> HeaderRule {
-    match &rule.kind {
-        RuleKind::Rate(rate) => HeaderRule {
-            name: rule.name.clone(),
-            limit: rate.rule.limit(),
-            period: Duration::from_micros(rate.rule.period_us()),
-            capacity: rate.rule.burst(),
-            semaphore: false,
-        },
-        RuleKind::Semaphore(sem) => HeaderRule {
-            name: rule.name.clone(),
-            limit: sem.concurrency,
-            period: Duration::ZERO,
-            capacity: sem.concurrency,
-            semaphore: true,
-        },
     }
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use rl_core::rule::{Algo, Rule};
 
+use crate::headers::{HeaderRule, Prepared};
 use crate::identity::IdentityHash;
 use crate::time::Instant;
 
@@ -179,6 +180,8 @@ pub struct RuleSpec {
     pub durable: bool,
     /// A shadow rule's declared refusal ratio (section 8.6), watched by the metrics.
     pub expect_refusals: Option<f64>,
+    /// Its part of the `RateLimit` headers, from its name and numbers.
+    header: Prepared,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -212,10 +215,35 @@ pub struct SemaphoreSpec {
 }
 
 impl RuleSpec {
+    /// What the rule shows in `RateLimit-Policy` and `RateLimit`, prepared when it was loaded.
+    pub fn header(&self) -> &Prepared {
+        &self.header
+    }
+
     /// Whether the rule is one of the route's `RL.MULTI` call: a rate rule that is neither spent
     /// locally (grant) nor evaluated apart (shadow). Only these must share a hash tag.
     pub fn in_multi(&self) -> bool {
         matches!(&self.kind, RuleKind::Rate(r) if r.grant.is_none()) && !self.shadow
+    }
+}
+
+/// What a rule named `name` of `kind` shows in the headers.
+fn header_rule(name: &str, kind: &RuleKind) -> HeaderRule {
+    match kind {
+        RuleKind::Rate(rate) => HeaderRule {
+            name: name.to_string(),
+            limit: rate.rule.limit(),
+            period: Duration::from_micros(rate.rule.period_us()),
+            capacity: rate.rule.burst(),
+            semaphore: false,
+        },
+        RuleKind::Semaphore(sem) => HeaderRule {
+            name: name.to_string(),
+            limit: sem.concurrency,
+            period: Duration::ZERO,
+            capacity: sem.concurrency,
+            semaphore: true,
+        },
     }
 }
 

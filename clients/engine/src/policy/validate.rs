@@ -15,9 +15,10 @@ use serde::Deserialize;
 use super::plans::{validate_overrides, RawOverride, RawPlans};
 use super::validate_route::{RawDefault, RawRoute, DEFAULT_NAME, MISSING_DEFAULT};
 use super::{
-    invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy, PolicyError,
-    RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
+    header_rule, invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy,
+    PolicyError, RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
 };
+use crate::headers::Prepared;
 use crate::identity::{IdentityHash, MIN_HASH_KEY};
 use crate::time::Instant;
 
@@ -456,10 +457,12 @@ impl RawRule {
                 grant,
             })
         };
+        let header = Prepared::new(&header_rule(name, &kind));
         Ok(RuleSpec {
             name: name.to_string(),
             key,
             kind,
+            header,
             public: self.public.unwrap_or(true),
             shadow: self.shadow.unwrap_or(false),
             durable: self.durable.unwrap_or(false),

@@ -16,7 +16,11 @@ pub struct Args(Vec<Vec<u8>>);
 
 impl Args {
     pub fn new(name: &str) -> Args {
-        Args(vec![name.as_bytes().to_vec()])
+        // Room for the arguments of most calls (an `RL.MULTI` of two rules takes about 16),
+        // so that building one does not grow the list four times.
+        let mut args = Vec::with_capacity(16);
+        args.push(name.as_bytes().to_vec());
+        Args(args)
     }
 
     /// Appends one argument: bytes as they are, numbers in decimal.

@@ -499,3 +499,46 @@ fn reload_refuses_versions_not_higher_and_keeps_the_snapshot_on_error() {
     // A request that started on 7 keeps evaluating against 7.
     assert_eq!(held.version, 7);
 }
+
+/// The escaping of identities in keys loses nothing: the rendered value decodes to the bytes
+/// given, whatever mix of UTF-8, escaped characters and invalid bytes they are.
+mod key_escaping {
+    use proptest::prelude::*;
+    use rl_engine::policy::{KeyTemplate, RequestIdentity};
+
+    fn decode(rendered: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut bytes = rendered.bytes();
+        while let Some(b) = bytes.next() {
+            if b == b'%' {
+                let hex: String = bytes.by_ref().take(2).map(char::from).collect();
+                out.push(u8::from_str_radix(&hex, 16).unwrap());
+            } else {
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<char>().prop_map(|c| c.to_string().into_bytes()),
+            any::<u8>().prop_map(|b| vec![b]),
+            prop::sample::select(vec!["%", "{", "}", "%7B", "é"])
+                .prop_map(|s| s.as_bytes().to_vec()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn rendered_identities_decode_to_their_bytes(pieces in prop::collection::vec(piece(), 1..24)) {
+            let user: Vec<u8> = pieces.concat();
+            let t = KeyTemplate::parse("k:${user}").unwrap();
+            let id = RequestIdentity { user: Some(&user), ..RequestIdentity::default() };
+            let rendered = t.render(&id);
+            let value = rendered.strip_prefix("k:").unwrap();
+            prop_assert!(!value.contains(['{', '}']), "a brace in {:?}", value);
+            prop_assert_eq!(decode(value), user);
+        }
+    }
+}

@@ -119,24 +119,23 @@ fn write_ratelimit_item(out: &mut String, rule: &Prepared, outcome: &HeaderOutco
 /// refusing one with the longest wait, otherwise the one with the fewest units left.
 pub fn render(rules: &[(HeaderRule, HeaderOutcome)], legacy: bool) -> Vec<(&'static str, String)> {
     let prepared: Vec<Prepared> = rules.iter().map(|(r, _)| Prepared::new(r)).collect();
-    let pairs: Vec<(&Prepared, &HeaderOutcome)> =
-        prepared.iter().zip(rules.iter().map(|(_, o)| o)).collect();
-    render_prepared(&pairs, legacy)
+    render_prepared(prepared.iter().zip(rules.iter().map(|(_, o)| o)), legacy)
 }
 
-/// `render` for rules prepared beforehand.
-pub fn render_prepared(
-    rules: &[(&Prepared, &HeaderOutcome)],
+/// `render` for rules prepared beforehand, in the order given.
+pub fn render_prepared<'a>(
+    rules: impl Iterator<Item = (&'a Prepared, &'a HeaderOutcome)> + Clone,
     legacy: bool,
 ) -> Vec<(&'static str, String)> {
-    if rules.is_empty() {
+    let (count, policy_len) = rules.clone().fold((0usize, 0usize), |(n, len), (r, _)| {
+        (n + 1, len.saturating_add(r.policy.len()))
+    });
+    if count == 0 {
         return Vec::new();
     }
-    let separators = 2 * rules.len().saturating_sub(1);
-    let policy_len = rules.iter().map(|(r, _)| r.policy.len()).sum::<usize>();
-    let mut policy = String::with_capacity(policy_len + separators);
-    let mut ratelimit = String::with_capacity(32 * rules.len());
-    for (i, (rule, outcome)) in rules.iter().enumerate() {
+    let mut policy = String::with_capacity(policy_len.saturating_add(2 * (count - 1)));
+    let mut ratelimit = String::with_capacity(32 * count);
+    for (i, (rule, outcome)) in rules.clone().enumerate() {
         if i > 0 {
             policy.push_str(", ");
             ratelimit.push_str(", ");
@@ -146,7 +145,7 @@ pub fn render_prepared(
     }
     let mut out = vec![(POLICY, policy), (RATELIMIT, ratelimit)];
     if legacy {
-        let tightest = rules.iter().min_by_key(|(_, o)| match o.retry_after_ms {
+        let tightest = rules.min_by_key(|(_, o)| match o.retry_after_ms {
             Some(ms) => (0, u64::MAX - ms),
             None => (1, o.remaining),
         });

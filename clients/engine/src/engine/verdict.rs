@@ -454,9 +454,8 @@ impl Shared {
             })
             .collect();
         shown.sort_by_key(|(i, _, _)| *i);
-        let pairs: Vec<(&headers::Prepared, &HeaderOutcome)> =
-            shown.into_iter().map(|(_, r, o)| (r, o)).collect();
-        headers::render_prepared(&pairs, self.options.legacy_headers)
+        let pairs = shown.iter().map(|&(_, r, o)| (r, o));
+        headers::render_prepared(pairs, self.options.legacy_headers)
     }
 
     /// The route's posture when the store gave no decision.

@@ -141,6 +141,7 @@ impl Run {
                 .as_u64()
                 .and_then(|b| usize::try_from(b).ok())
                 .unwrap_or(rl_engine::engine::DEFAULT_TABLE_BYTES),
+            cluster: o["cluster"].as_bool().unwrap_or(false),
         };
         let metrics = Arc::new(Metrics::default());
         Ok(Run {

@@ -9,10 +9,15 @@
 //! rules with `RESERVE`, one `RL.MULTI`, the shadow rules); then, for `durable` rules, `WAIT`.
 //! Every step after the first carries the same deadline, `store.timeout` from the start.
 
+mod answer;
+mod checks;
+mod count;
+mod ctx;
 mod flow;
 mod holdings;
 mod verdict;
 
+pub use checks::{Check, CheckOutcome, CheckSource};
 pub use flow::Pending;
 pub use holdings::Holdings;
 pub use verdict::{LogLevel, LogRecord, Verdict, VerdictKind};
@@ -118,6 +123,10 @@ pub struct Options {
     /// limiters), besides the policy's `negative_cache.entries`: whatever the callers' number
     /// or the size of their identities, the process does not grow past them.
     pub table_bytes: usize,
+    /// The store is a Redis Cluster: keyed checks whose keys live in several hash slots are
+    /// decided by one `RL.MULTI` per slot, each all or nothing (an HTTP route's rules share a
+    /// hash tag, which the policy checks).
+    pub cluster: bool,
 }
 
 impl Default for Options {
@@ -128,6 +137,7 @@ impl Default for Options {
             log_per_second: 100,
             seed: 0,
             table_bytes: DEFAULT_TABLE_BYTES,
+            cluster: false,
         }
     }
 }
@@ -243,6 +253,12 @@ impl Engine {
     /// Starts deciding a request at `now`: its state, and the first step.
     pub fn begin(&self, request: &Request<'_>, now: Instant) -> (Pending, Step) {
         let (pending, step) = Pending::begin(Arc::clone(&self.shared), request, now);
+        (pending, self.shared.seal(step, now))
+    }
+
+    /// Starts deciding keyed checks at `now`, under the policy's default route: see [`Check`].
+    pub fn check(&self, checks: Vec<Check>, now: Instant) -> (Pending, Step) {
+        let (pending, step) = Pending::begin_checks(Arc::clone(&self.shared), checks, now);
         (pending, self.shared.seal(step, now))
     }
 

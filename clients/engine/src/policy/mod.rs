@@ -5,6 +5,7 @@
 //! Every refusal names the field by its JSON path (`rules.read.period`), because the operator
 //! reading the error has the file open, not this code.
 
+mod checks;
 mod plans;
 mod routes;
 mod template;

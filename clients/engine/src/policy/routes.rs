@@ -65,6 +65,15 @@ pub struct PathTemplate {
 }
 
 impl PathTemplate {
+    /// `/*`: every path.
+    pub fn any() -> PathTemplate {
+        PathTemplate {
+            segments: Vec::new(),
+            rest: true,
+            trailing: false,
+        }
+    }
+
     pub fn parse(text: &str) -> Result<PathTemplate, String> {
         let Some(body) = text.strip_prefix('/') else {
             return Err("must start with '/'".into());

@@ -148,12 +148,12 @@ struct RawBreaker {
     open: Option<String>,
 }
 
-const DEFAULT_NEGATIVE_MAX: Duration = Duration::from_millis(250);
-const DEFAULT_NEGATIVE_ENTRIES: u64 = 100_000;
-const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
-const DEFAULT_FAILURES: u32 = 5;
-const DEFAULT_OPEN: Duration = Duration::from_secs(1);
-const DEFAULT_RAMP: Duration = Duration::from_secs(10);
+pub(super) const DEFAULT_NEGATIVE_MAX: Duration = Duration::from_millis(250);
+pub(super) const DEFAULT_NEGATIVE_ENTRIES: u64 = 100_000;
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+pub(super) const DEFAULT_FAILURES: u32 = 5;
+pub(super) const DEFAULT_OPEN: Duration = Duration::from_secs(1);
+pub(super) const DEFAULT_RAMP: Duration = Duration::from_secs(10);
 
 /// A duration exactly as the module parses it, so a policy unit means what a command unit means.
 pub(super) fn duration(

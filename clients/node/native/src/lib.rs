@@ -123,6 +123,7 @@ impl Engine {
             table_bytes: o
                 .table_bytes
                 .map_or(defaults.table_bytes, |b| b.max(0.0) as usize),
+            ..defaults
         });
         Ok(Engine {
             engine: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),

@@ -123,6 +123,7 @@ impl Engine {
             log_per_second,
             seed: seed.unwrap_or_else(random_seed),
             table_bytes: table_bytes.unwrap_or(defaults.table_bytes),
+            ..defaults
         };
         let hook = metrics_hook.map(|f| Arc::new(PyHook(f)) as Arc<dyn MetricsHook>);
         Ok(Engine {

@@ -133,6 +133,15 @@ impl Pending {
                         .push((i.unwrap_or_default(), decided.retry_after_ms));
                 }
             }
+            Expect::Ask { index } => {
+                let decided = reply::decision(&reply)?;
+                self.answer
+                    .outcomes
+                    .push((index, HeaderOutcome::of(&decided)));
+                if !decided.allowed {
+                    self.answer.refused.push((index, decided.retry_after_ms));
+                }
+            }
             Expect::Shadow { index } => {
                 let decided = reply::decision(&reply)?;
                 if decided.allowed {

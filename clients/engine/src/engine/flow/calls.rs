@@ -20,17 +20,18 @@ impl Pending {
         let RuleKind::Rate(rate) = &k.rule.kind else {
             return None;
         };
-        let grant = rate.grant.filter(|_| !k.rule.shadow)?;
+        let grant = rate.grant.filter(|_| !k.rule.shadow && k.spend)?;
+        let cost = k.cost;
         let slot = format!("{}:{}{}", k.rule.name.len(), k.rule.name, k.key);
         let mut chunks = lock(&self.shared.chunks);
         let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
         let live = chunk.until.is_some_and(|until| now < until);
-        if live && chunk.tokens >= rate.cost {
-            chunk.tokens -= rate.cost;
+        if live && chunk.tokens >= cost {
+            chunk.tokens -= cost;
             self.taken.push(Taken {
                 slot,
                 generation: chunk.generation,
-                cost: rate.cost,
+                cost,
             });
             return None;
         }
@@ -58,7 +59,7 @@ impl Pending {
             k.key.as_bytes(),
             rate.rule.limit(),
             Duration::from_micros(rate.rule.period_us()),
-            grant.want.max(rate.cost),
+            grant.want.max(cost),
         )
         .algo(rate.algo)
         .ttl(grant.ttl);
@@ -118,7 +119,7 @@ impl Pending {
             let rng = &self.shared.rng;
             self.id = format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes();
         }
-        let args = admit_of(k.key.as_bytes(), rate)
+        let args = admit_of(k.key.as_bytes(), rate, k.cost)
             .reserve(self.id.clone(), None)
             .args()
             .ok()?;
@@ -129,15 +130,44 @@ impl Pending {
         })
     }
 
-    pub(super) fn multi(&mut self) -> Option<Call> {
-        let ctx = self.ctx.as_ref()?;
-        let mut names = HashMap::new();
-        let mut rules = Vec::new();
+    /// The rules only asked (`DRYRUN`), each its own `RL.ADMIT`: `RL.MULTI` spends on all of
+    /// its rules or none, and these spend nothing.
+    pub(super) fn asks(&mut self) -> Vec<Call> {
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Vec::new();
+        };
+        let mut calls = Vec::new();
         for (i, k) in ctx.keyed.iter().enumerate() {
             let RuleKind::Rate(rate) = &k.rule.kind else {
                 continue;
             };
-            if !k.rule.in_multi() || k.settles() {
+            if !k.asks() {
+                continue;
+            }
+            if let Ok(args) = admit_of(k.key.as_bytes(), rate, k.cost).dry_run().args() {
+                calls.push(Call {
+                    args,
+                    key: k.key.clone().into_bytes(),
+                });
+                self.expect.push(Expect::Ask { index: i });
+            }
+        }
+        calls
+    }
+
+    /// One `RL.MULTI` of the rate rules that spend, all or nothing; with `Options::cluster`,
+    /// one per hash slot of their keys (a call cannot span slots), each all or nothing.
+    pub(super) fn multi(&mut self) -> Vec<Call> {
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Vec::new();
+        };
+        let by_slot = self.shared.options.cluster;
+        let mut groups: Vec<(u16, HashMap<String, usize>, Vec<MultiRule>)> = Vec::new();
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            let RuleKind::Rate(rate) = &k.rule.kind else {
+                continue;
+            };
+            if !k.rule.in_multi() || k.settles() || !k.spend {
                 continue;
             }
             let mut rule = MultiRule::new(
@@ -147,17 +177,35 @@ impl Pending {
                 Duration::from_micros(rate.rule.period_us()),
             )
             .algo(rate.algo)
-            .cost(rate.cost);
+            .cost(k.cost);
             if rate.burst_given {
                 rule = rule.burst(rate.rule.burst());
             }
-            names.insert(k.rule.name.clone(), i);
-            rules.push(rule);
+            let s = if by_slot { slot(k.key.as_bytes()) } else { 0 };
+            let at = match groups.iter().position(|(x, _, _)| *x == s) {
+                Some(at) => at,
+                None => {
+                    groups.push((s, HashMap::new(), Vec::new()));
+                    groups.len().saturating_sub(1)
+                }
+            };
+            if let Some((_, names, rules)) = groups.get_mut(at) {
+                names.insert(k.rule.name.clone(), i);
+                rules.push(rule);
+            }
         }
-        let key = rules.first()?.key.clone();
-        let args = Multi::new(rules).args().ok()?;
-        self.expect.push(Expect::Multi { names });
-        Some(Call { args, key })
+        let mut calls = Vec::with_capacity(groups.len());
+        for (_, names, rules) in groups {
+            let Some(key) = rules.first().map(|r| r.key.clone()) else {
+                continue;
+            };
+            let Ok(args) = Multi::new(rules).args() else {
+                continue;
+            };
+            self.expect.push(Expect::Multi { names });
+            calls.push(Call { args, key });
+        }
+        calls
     }
 
     /// Shadow rate rules, on their own namespace, all at once: none of them can refuse.
@@ -174,7 +222,9 @@ impl Pending {
                 continue;
             }
             let key = k.store_key().into_bytes();
-            if let Ok(args) = admit_of(key.clone(), rate).args() {
+            let admit = admit_of(key.clone(), rate, k.cost);
+            let admit = if k.spend { admit } else { admit.dry_run() };
+            if let Ok(args) = admit.args() {
                 calls.push(Call { args, key });
                 self.expect.push(Expect::Shadow { index: i });
             }
@@ -219,15 +269,15 @@ impl Pending {
     }
 }
 
-/// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it.
-fn admit_of(key: impl Into<Vec<u8>>, rate: &crate::policy::RateSpec) -> Admit {
+/// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it, for `cost` units.
+fn admit_of(key: impl Into<Vec<u8>>, rate: &crate::policy::RateSpec, cost: u64) -> Admit {
     let admit = Admit::new(
         key,
         rate.rule.limit(),
         Duration::from_micros(rate.rule.period_us()),
     )
     .algo(rate.algo)
-    .cost(rate.cost);
+    .cost(cost);
     if rate.burst_given {
         admit.burst(rate.rule.burst())
     } else {

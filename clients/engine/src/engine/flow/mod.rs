@@ -5,19 +5,17 @@
 //! shadow rules, and after an admission the `WAIT` of `durable` rules.
 
 mod answers;
+mod begin;
 mod calls;
 
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::verdict::{Ctx, Keyed, Outcomes};
-use super::{lock, Answer, Call, Request, Shared, Step, IDEMPOTENCY_KEY};
-use crate::breaker::{Pass, Ticket};
-use crate::identity::{client_ip, network};
+use super::ctx::{Ctx, Outcomes};
+use super::{lock, Answer, Call, Shared, Step};
+use crate::breaker::Ticket;
 use crate::metrics::{CallResult, Event};
-use crate::policy::{decode_unreserved, RequestIdentity, Routed};
 use crate::time::Instant;
 use crate::wire::{command, reply};
 use crate::wire::{Error, Reply};
@@ -59,6 +57,8 @@ enum Phase {
     Grant(usize),
     Acquire(usize),
     Reserve(usize),
+    /// The rules only asked, without spending, all at once.
+    Ask,
     Multi,
     Shadow,
     /// Every store rule answered and none refused.
@@ -73,6 +73,7 @@ enum Expect {
     Grant { index: usize, slot: String },
     Acquire { index: usize },
     Reserve { index: usize },
+    Ask { index: usize },
     Multi { names: HashMap<String, usize> },
     Shadow { index: usize },
     Wait { indices: Vec<usize> },
@@ -104,181 +105,7 @@ pub struct Pending {
     answer: Outcomes,
 }
 
-/// The reservation id of a request that sent `Idempotency-Key`: the key scoped to the tenant
-/// and the route, so one tenant's key never answers for another's request nor one route's for
-/// another's, and hashed, so a key of any length the header allows is a valid id (the module
-/// takes 1 to 256 bytes). 128 bits of SHA-1 in hex: the shape of a drawn id. Each part is
-/// length-prefixed, so no two (tenant, route, key) triples hash the same bytes.
-pub(crate) fn idempotency_id(tenant: Option<&[u8]>, route: &str, key: &[u8]) -> Vec<u8> {
-    let mut hash = sha1_smol::Sha1::new();
-    for part in [tenant.unwrap_or_default(), route.as_bytes(), key] {
-        hash.update(&(part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    let digest = hash.digest().bytes();
-    let mut id = String::with_capacity(32);
-    for b in digest.iter().take(16) {
-        let _ = write!(id, "{b:02x}");
-    }
-    id.into_bytes()
-}
-
 impl Pending {
-    pub(super) fn begin(
-        shared: Arc<Shared>,
-        request: &Request<'_>,
-        now: Instant,
-    ) -> (Pending, Step) {
-        let policy = shared.policy.load_full();
-        let mut pending = Pending {
-            id: Vec::new(),
-            keyed_id: false,
-            ticket: None,
-            sent: false,
-            started: now,
-            deadline: now.saturating_add(policy.store.timeout),
-            phase: Phase::Done,
-            expect: Vec::new(),
-            taken: Vec::new(),
-            refilled: Vec::new(),
-            held: Vec::new(),
-            reserved: Vec::new(),
-            answer: Outcomes::default(),
-            ctx: None,
-            shared,
-        };
-        let path = decode_unreserved(request.path);
-        let (route, captures) = match policy.route(request.method, &path, request.case_insensitive)
-        {
-            Routed::Route {
-                route, captures, ..
-            } => (Arc::clone(route), captures),
-            Routed::Unmatched => {
-                pending.shared.metrics.record(Event::Unmatched);
-                let verdict = super::Verdict::unmatched(policy.version);
-                return (pending, Step::Done(verdict));
-            }
-            Routed::AboveRoot => {
-                let verdict = super::Verdict::above_root(policy.version);
-                return (pending, Step::Done(verdict));
-            }
-        };
-        if route.is_default() {
-            pending.shared.metrics.record(Event::Unmatched);
-        }
-        if route.exempt() {
-            let verdict = pending.shared.exempt(&policy, &route);
-            return (pending, Step::Done(verdict));
-        }
-        let header = |name: Option<&str>| -> Option<&[u8]> {
-            request.headers.first(name?).filter(|v| !v.is_empty())
-        };
-        let caller = request.caller;
-        let user = caller
-            .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
-            .map(str::as_bytes)
-            .or_else(|| header(policy.identity.user.as_deref()));
-        let tenant = caller
-            .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
-            .map(str::as_bytes)
-            .or_else(|| header(policy.identity.tenant.as_deref()));
-        // An identity longer than any real one is a caller's attempt to grow the tables.
-        let keyed_headers = route.key_headers().iter().map(|name| header(Some(name)));
-        if [user, tenant]
-            .into_iter()
-            .chain(keyed_headers)
-            .flatten()
-            .any(|v| v.len() > MAX_IDENTITY)
-        {
-            let verdict = super::Verdict::identity_too_long(policy.version, route.name());
-            return (pending, Step::Done(verdict));
-        }
-        if captures.iter().any(|(_, v)| v.len() > MAX_IDENTITY) {
-            let verdict = super::Verdict::segment_too_long(policy.version, route.name());
-            return (pending, Step::Done(verdict));
-        }
-        // The caller's plan (a plan header naming no plan is ignored, and counted).
-        let plan = policy.plans.as_ref().map(|plans| {
-            let resolved = plans.resolve(header(policy.identity.plan.as_deref()), tenant);
-            if resolved.unknown {
-                pending.shared.metrics.record(Event::UnknownPlan);
-            }
-            resolved.plan
-        });
-        let plan_name = plan
-            .zip(policy.plans.as_ref())
-            .and_then(|(p, plans)| plans.name(p));
-        let ip = route
-            .uses_ip()
-            .then(|| client_ip(&policy.identity, request.headers, request.peer))
-            .flatten()
-            .map(|ip| network(&policy.identity, ip));
-        let id = RequestIdentity {
-            user,
-            tenant,
-            ip: ip.as_deref().map(str::as_bytes),
-            route: Some(route.name().as_bytes()),
-            plan: plan_name.map(|n| n.as_bytes()),
-            headers: Some(request.headers),
-            path: &captures,
-            hash: policy.identity.hash.as_ref(),
-        };
-        // Each rule with the caller's numbers: an override's, its plan's, or its own.
-        let overrides = policy.overrides.of(tenant);
-        let keyed: Vec<Keyed> = route
-            .rules
-            .iter()
-            .map(|rule| Keyed {
-                key: rule.key.render(&id),
-                rule: Arc::clone(policy.effective(rule, plan, &overrides, user, now)),
-            })
-            .collect();
-        let sample = pending.shared.options.log_sample;
-        let sampled = sample > 0.0 && pending.shared.rng.f64() < sample;
-        // The reservation id, for `settle` rules only: the caller's key hashed with its tenant
-        // and route, or one drawn when a reservation is first made.
-        pending.id = request
-            .headers
-            .first(IDEMPOTENCY_KEY)
-            .filter(|v| !v.is_empty())
-            .map(|key| idempotency_id(tenant, route.name(), key))
-            .unwrap_or_default();
-        pending.keyed_id = !pending.id.is_empty();
-        let plan_name = plan_name.cloned();
-        let ctx = Ctx {
-            policy,
-            route,
-            keyed,
-            has_user: user.is_some(),
-            sampled,
-            plan: plan_name,
-        };
-        let shared = Arc::clone(&pending.shared);
-        if let Some(verdict) = shared.refuse_cached(&ctx, now) {
-            pending.ctx = Some(ctx);
-            return (pending, Step::Done(verdict));
-        }
-        let draw = shared.rng.f64();
-        let pass = shared.breaker.enter(now, &ctx.route.on_store_error, draw);
-        // Entering moves the breaker too (half-open, a probe, closed after the ramp): the gauge
-        // shows where it is now, not where the last call left it.
-        shared
-            .metrics
-            .record(Event::Breaker(shared.breaker.state(now)));
-        match pass {
-            Pass::Store(ticket) => pending.ticket = Some(ticket),
-            Pass::Posture => {
-                let verdict = shared.posture(&ctx, now);
-                pending.ctx = Some(ctx);
-                return (pending, Step::Done(verdict));
-            }
-        }
-        pending.ctx = Some(ctx);
-        pending.phase = Phase::Grant(0);
-        let step = pending.advance(now);
-        (pending, step)
-    }
-
     /// The key that routes the request in a cluster (its first rule's), for drivers that pin
     /// a request to one connection.
     pub fn route_key(&self) -> Option<&str> {
@@ -367,17 +194,25 @@ impl Pending {
                         return self.ask(vec![call]);
                     }
                 }
-                Phase::Reserve(i) if i >= n => self.phase = Phase::Multi,
+                Phase::Reserve(i) if i >= n => self.phase = Phase::Ask,
                 Phase::Reserve(i) => {
                     self.phase = Phase::Reserve(i + 1);
                     if let Some(call) = self.reserve(i) {
                         return self.ask(vec![call]);
                     }
                 }
+                Phase::Ask => {
+                    self.phase = Phase::Multi;
+                    let calls = self.asks();
+                    if !calls.is_empty() {
+                        return self.ask(calls);
+                    }
+                }
                 Phase::Multi => {
                     self.phase = Phase::Shadow;
-                    if let Some(call) = self.multi() {
-                        return self.ask(vec![call]);
+                    let calls = self.multi();
+                    if !calls.is_empty() {
+                        return self.ask(calls);
                     }
                 }
                 Phase::Shadow => {

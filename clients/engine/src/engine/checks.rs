@@ -1,0 +1,124 @@
+//! Keyed checks: a face whose requests are not HTTP requests (the Envoy rate limit service's
+//! descriptors, a concurrency layer's one semaphore) translates each into rules with their
+//! keys rendered and the units they take, and the engine decides them as it decides a route's
+//! rules: the negative cache, the breaker and its ramp, chunks for `grant` rules, all or
+//! nothing in one `RL.MULTI`, shadow rules, the posture and the decision records.
+
+use std::sync::Arc;
+
+use super::ctx::{Ctx, Outcomes};
+use crate::headers::HeaderOutcome;
+use crate::policy::RuleSpec;
+
+/// One check: a rule, the key it counts on, and the units the request takes.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub rule: Arc<RuleSpec>,
+    pub key: String,
+    /// Units to spend. 0 spends nothing: the rule is only asked whether one unit would pass
+    /// now (Envoy's `hits_addend: 0`), and a refusal of that refuses the request.
+    pub cost: u64,
+}
+
+/// Where a check's outcome came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckSource {
+    /// The store's reply.
+    Store,
+    /// A chunk leased earlier, spent in this process.
+    Chunk,
+    /// The negative cache: refused without a store call.
+    Cache,
+    /// The local fallback limiter of the posture `fallback`.
+    Fallback,
+    /// Nobody: the rule was not asked (the store could not answer and the posture let the
+    /// request pass, or another rule refused first).
+    Open,
+}
+
+/// What one check decided (for a shadow rule: what it would have decided), in the order the
+/// checks were given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckOutcome {
+    pub over: bool,
+    /// Units the key holds after this decision, when the store or a limiter told.
+    pub remaining: Option<u64>,
+    pub reset_after_ms: Option<u64>,
+    /// When over: when the same request would pass.
+    pub retry_after_ms: Option<u64>,
+    pub source: CheckSource,
+}
+
+impl CheckOutcome {
+    pub(crate) fn open() -> CheckOutcome {
+        CheckOutcome {
+            over: false,
+            remaining: None,
+            reset_after_ms: None,
+            retry_after_ms: None,
+            source: CheckSource::Open,
+        }
+    }
+
+    pub(crate) fn of(outcome: &HeaderOutcome, source: CheckSource) -> CheckOutcome {
+        CheckOutcome {
+            over: outcome.retry_after_ms.is_some(),
+            remaining: Some(outcome.remaining),
+            reset_after_ms: Some(outcome.reset_after_ms),
+            retry_after_ms: outcome.retry_after_ms,
+            source,
+        }
+    }
+}
+
+/// Each check's outcome from the store's answers: a rule that answered, a shadow rule's
+/// verdict, a rule spent from its chunk, or not asked.
+pub(crate) fn outcomes(ctx: &Ctx, answer: &Outcomes) -> Vec<CheckOutcome> {
+    if !ctx.checks {
+        return Vec::new();
+    }
+    let refused = |i: usize| {
+        answer
+            .refused
+            .iter()
+            .find(|(r, _)| *r == i)
+            .map(|(_, ms)| *ms)
+    };
+    ctx.keyed
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            if let Some((_, o)) = answer.outcomes.iter().find(|(r, _)| *r == i) {
+                let mut out = CheckOutcome::of(o, CheckSource::Store);
+                if let Some(ms) = refused(i) {
+                    out.over = true;
+                    out.retry_after_ms = Some(ms);
+                }
+                return out;
+            }
+            if let Some(ms) = refused(i) {
+                return CheckOutcome {
+                    over: true,
+                    retry_after_ms: Some(ms),
+                    ..CheckOutcome::of(&HeaderOutcome::refused(ms), CheckSource::Store)
+                };
+            }
+            if answer.shadow_refused.contains(&i) || answer.shadow_admitted.contains(&i) {
+                return CheckOutcome {
+                    over: answer.shadow_refused.contains(&i),
+                    source: CheckSource::Store,
+                    ..CheckOutcome::open()
+                };
+            }
+            let chunked =
+                matches!(&k.rule.kind, crate::policy::RuleKind::Rate(r) if r.grant.is_some());
+            if chunked && answer.refused.is_empty() {
+                return CheckOutcome {
+                    source: CheckSource::Chunk,
+                    ..CheckOutcome::open()
+                };
+            }
+            CheckOutcome::open()
+        })
+        .collect()
+}

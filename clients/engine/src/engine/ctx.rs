@@ -1,0 +1,102 @@
+//! What a request is decided against (its rules with their keys rendered) and how the store
+//! answered them.
+
+use std::sync::Arc;
+
+use super::verdict::{Verdict, VerdictKind};
+use crate::headers::HeaderOutcome;
+use crate::metrics::Outcome;
+use crate::policy::{Policy, Route, RuleKind, RuleSpec};
+
+/// One rule of the route with its key rendered for this request.
+pub(crate) struct Keyed {
+    pub(crate) rule: Arc<RuleSpec>,
+    pub(crate) key: String,
+    /// The units the request takes (at least 1).
+    pub(crate) cost: u64,
+    /// Whether the request spends them; when not, the rule is only asked whether `cost` units
+    /// would pass (a check with `hits_addend: 0`), apart from and before the spending calls.
+    pub(crate) spend: bool,
+}
+
+impl Keyed {
+    /// A rule of a route, with the cost the rule states.
+    pub(crate) fn of(rule: Arc<RuleSpec>, key: String) -> Keyed {
+        let cost = match &rule.kind {
+            RuleKind::Rate(r) => r.cost,
+            RuleKind::Semaphore(_) => 1,
+        };
+        Keyed {
+            rule,
+            key,
+            cost,
+            spend: true,
+        }
+    }
+
+    /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation.
+    pub(crate) fn settles(&self) -> bool {
+        matches!(&self.rule.kind, RuleKind::Rate(r) if r.settle) && !self.rule.shadow && self.spend
+    }
+
+    /// Asked alone, without spending, before the calls that spend.
+    pub(crate) fn asks(&self) -> bool {
+        !self.spend && !self.rule.shadow && matches!(self.rule.kind, RuleKind::Rate(_))
+    }
+
+    /// The key the store is asked about: a shadow rule's lives in its own namespace.
+    pub(crate) fn store_key(&self) -> String {
+        if self.rule.shadow {
+            format!("shadow:{}", self.key)
+        } else {
+            self.key.clone()
+        }
+    }
+
+    pub(crate) fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
+/// What a request is decided against.
+pub(crate) struct Ctx {
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) route: Arc<Route>,
+    pub(crate) keyed: Vec<Keyed>,
+    pub(crate) has_user: bool,
+    /// Whether this request's admissions are in the decision log (a sample of them is).
+    pub(crate) sampled: bool,
+    /// The caller's plan's name, when the policy has plans.
+    pub(crate) plan: Option<Arc<str>>,
+    /// Keyed checks (`Engine::check`): the verdict carries each check's outcome.
+    pub(crate) checks: bool,
+}
+
+impl Ctx {
+    pub(crate) fn rule_cost(&self, index: usize) -> u64 {
+        self.keyed.get(index).map(Keyed::cost).unwrap_or(1)
+    }
+
+    pub(super) fn base(&self, kind: VerdictKind, outcome: Outcome) -> Verdict {
+        Verdict {
+            kind,
+            outcome: Some(outcome),
+            route: Some(self.route.name().to_string()),
+            plan: self.plan.clone(),
+            ..Verdict::pass(self.policy.version)
+        }
+    }
+}
+
+/// How the store answered a request's calls.
+#[derive(Debug, Default)]
+pub(crate) struct Outcomes {
+    /// The rules that refused: (index in the route, retry after in ms). Empty when admitted.
+    pub(crate) refused: Vec<(usize, u64)>,
+    pub(crate) outcomes: Vec<(usize, HeaderOutcome)>,
+    pub(crate) shadow_refused: Vec<usize>,
+    /// Shadow rules that would have admitted.
+    pub(crate) shadow_admitted: Vec<usize>,
+    /// Refusals that are not cached: their end may come any moment.
+    pub(crate) uncached: Vec<usize>,
+}

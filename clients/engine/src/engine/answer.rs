@@ -230,7 +230,7 @@ impl Shared {
                     ..ctx.base(VerdictKind::Unavailable, Outcome::OpenAdmit)
                 }
             }
-            OnStoreError::Fallback(_) if ctx.checks => self.fall_back_checks(ctx, now, &mut log),
+            OnStoreError::FallbackEach => self.fall_back_each(ctx, now, &mut log),
             OnStoreError::Fallback(rule) => self.fall_back(ctx, rule, now, &mut log),
         };
         verdict.log = log;
@@ -286,10 +286,10 @@ impl Shared {
         }
     }
 
-    /// The posture `fallback` of keyed checks: each check on a local limiter of its own rule
+    /// The posture `FallbackEach` of keyed checks: each check on a local limiter of its own rule
     /// (the gcra arithmetic of its limit and period), the request refused when one refuses.
     /// The limiters of one gateway only: an outage lets each gateway admit its own share.
-    fn fall_back_checks(&self, ctx: &Ctx, now: Instant, log: &mut Vec<LogRecord>) -> Verdict {
+    fn fall_back_each(&self, ctx: &Ctx, now: Instant, log: &mut Vec<LogRecord>) -> Verdict {
         let mut outcomes = Vec::with_capacity(ctx.keyed.len());
         let mut refusing = Vec::new();
         for (i, k) in ctx.keyed.iter().enumerate() {

@@ -93,6 +93,11 @@ pub(crate) fn outcomes(ctx: &Ctx, answer: &Outcomes) -> Vec<CheckOutcome> {
                 if let Some(ms) = refused(i) {
                     out.over = true;
                     out.retry_after_ms = Some(ms);
+                } else if !(out.over || k.rule.shadow || answer.spent.contains(&i)) {
+                    // A rule that would admit reports what spending would leave; its call spent
+                    // nothing (another rule of it refused, or it was only asked): it holds its
+                    // cost more.
+                    out.remaining = out.remaining.map(|r| r.saturating_add(k.cost));
                 }
                 return out;
             }

@@ -198,7 +198,9 @@ impl Engine {
     /// The negative cache, the chunk and fallback tables and the breaker are sized from this
     /// policy; a reload changes rules and routes, not those.
     pub fn new(policy: Policy, metrics: Arc<Metrics>, options: Options) -> Engine {
-        metrics.policy_loaded(&policy);
+        if !policy.for_checks {
+            metrics.policy_loaded(&policy);
+        }
         let entries = NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN);
         Engine {
             shared: Arc::new(Shared {
@@ -246,7 +248,9 @@ impl Engine {
         }
         let next = Arc::new(next);
         self.shared.policy.store(Arc::clone(&next));
-        self.shared.metrics.policy_loaded(&next);
+        if !next.for_checks {
+            self.shared.metrics.policy_loaded(&next);
+        }
         Ok(next)
     }
 

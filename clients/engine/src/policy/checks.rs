@@ -74,6 +74,7 @@ impl Policy {
             retry_after_jitter: 0.0,
             strict_slash: false,
             case_sensitive: true,
+            for_checks: true,
         }
     }
 }
@@ -108,6 +109,38 @@ impl RuleSpec {
             kind,
             public: true,
             shadow,
+            durable: false,
+            expect_refusals: None,
+        })
+    }
+}
+
+impl RuleSpec {
+    /// A semaphore named `name`: at most `concurrency` holders of a key at once, each slot
+    /// free after `lease` unless renewed; refused as a policy's rule would be.
+    pub fn semaphore(name: &str, concurrency: u64, lease: Duration) -> Result<RuleSpec, String> {
+        if !(1..=rl_core::rule::MAX_SEMAPHORE_CAPACITY).contains(&concurrency) {
+            return Err(format!(
+                "capacity {concurrency} is not in the range [1, {}]",
+                rl_core::rule::MAX_SEMAPHORE_CAPACITY
+            ));
+        }
+        let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
+        if lease.is_zero() || lease_us > rl_core::rule::MAX_PERIOD_US {
+            return Err(format!(
+                "lease {lease:?} is not in the range (0, {}]",
+                rl_core::rule::MAX_PERIOD_TEXT
+            ));
+        }
+        crate::wire::command::duration_arg(lease, "lease").map_err(|e| e.to_string())?;
+        let kind = RuleKind::Semaphore(super::SemaphoreSpec { concurrency, lease });
+        Ok(RuleSpec {
+            header: Prepared::new(&header_rule(name, &kind)),
+            name: name.to_string(),
+            key: KeyTemplate::parse(name)?,
+            kind,
+            public: true,
+            shadow: false,
             durable: false,
             expect_refusals: None,
         })

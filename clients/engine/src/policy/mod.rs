@@ -97,6 +97,9 @@ pub struct Policy {
     pub strict_slash: bool,
     /// Whether paths match case-sensitively (the default; express routes without case).
     pub case_sensitive: bool,
+    /// Made by [`Policy::for_checks`] for a face of keyed checks: not the gateway's policy
+    /// document, so its version and rules are not the `rl_gateway_policy_*` metrics'.
+    pub for_checks: bool,
 }
 
 /// Where a request's identity comes from.
@@ -337,6 +340,9 @@ pub enum OnStoreError {
     Deny,
     /// A local limiter per key of the route's first rule, with this rule (gcra arithmetic).
     Fallback(Rule),
+    /// Keyed checks only: each check on a local limiter of its own rule's numbers (gcra
+    /// arithmetic), the request refused when one refuses.
+    FallbackEach,
     Allow,
 }
 
@@ -344,7 +350,7 @@ impl OnStoreError {
     pub fn mode(&self) -> &'static str {
         match self {
             OnStoreError::Deny => "deny",
-            OnStoreError::Fallback(_) => "fallback",
+            OnStoreError::Fallback(_) | OnStoreError::FallbackEach => "fallback",
             OnStoreError::Allow => "allow",
         }
     }

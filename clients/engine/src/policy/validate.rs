@@ -349,6 +349,7 @@ impl RawPolicy {
             retry_after_jitter: self.retry_after_jitter,
             strict_slash: self.strict_slash,
             case_sensitive: self.case_sensitive,
+            for_checks: false,
         })
     }
 }

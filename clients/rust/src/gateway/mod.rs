@@ -12,6 +12,7 @@ mod leases;
 pub mod retry;
 
 pub use leases::Leases;
+pub use rl_engine::engine::{Check, CheckOutcome, CheckSource};
 pub use rl_engine::engine::{ACTUAL_COST, IDEMPOTENCY_KEY, RETRY_AFTER};
 pub use rl_engine::{Caller, Verdict, VerdictKind};
 
@@ -200,6 +201,15 @@ impl<C: RlConnection + 'static> Gateway<C> {
         self.with_options(options)
     }
 
+    /// The store is a Redis Cluster: keyed checks are decided per hash slot of their keys.
+    pub fn with_cluster(self) -> Gateway<C> {
+        let options = Options {
+            cluster: true,
+            ..self.options
+        };
+        self.with_options(options)
+    }
+
     /// Also sends the older `X-RateLimit-Limit/Remaining/Reset`, for the most constraining
     /// rule, to callers that only read those.
     pub fn with_legacy_headers(self) -> Gateway<C> {
@@ -243,7 +253,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
     pub async fn decide(&self, request: &RequestParts<'_>) -> (Verdict, Leases<C>) {
         let started = now();
         // The request's view is not `Send`: it is gone before the first await.
-        let (pending, mut step) = {
+        let (pending, step) = {
             let headers = HttpHeaders(request.headers);
             let req = Request {
                 method: request.method,
@@ -256,6 +266,26 @@ impl<C: RlConnection + 'static> Gateway<C> {
             };
             self.engine.begin(&req, started)
         };
+        self.drive(pending, step, started).await
+    }
+
+    /// Decides keyed checks (what a face that is not HTTP translates its requests into: the
+    /// Envoy rate limit service's descriptors), under the policy's default route: see
+    /// [`rl_engine::engine::Check`]. The verdict carries each check's outcome.
+    pub async fn check(&self, checks: Vec<Check>) -> (Verdict, Leases<C>) {
+        let started = now();
+        let (pending, step) = self.engine.check(checks, started);
+        self.drive(pending, step, started).await
+    }
+
+    /// Runs a request's steps: the calls under the engine's deadline, the waits, until the
+    /// verdict.
+    async fn drive(
+        &self,
+        pending: Pending,
+        mut step: Step,
+        started: rl_engine::Instant,
+    ) -> (Verdict, Leases<C>) {
         let rl = self.connection_for(&pending);
         // Dropped with the future (the caller went away), it gives back what was taken.
         let mut pending = Abandon {

@@ -124,7 +124,12 @@ impl Pending {
                         ));
                     }
                 }
-                if !decided.allowed {
+                if decided.allowed {
+                    // Only keyed checks read it back: no allocation on an HTTP request's path.
+                    if ctx.checks {
+                        self.answer.spent.extend(names.values().copied());
+                    }
+                } else {
                     let by = decided.denied_by.as_ref().and_then(|name| names.get(name));
                     // A refusal without a known rule is still a refusal: pin it on the first.
                     let i = by.copied().or_else(|| names.values().min().copied());
@@ -144,6 +149,10 @@ impl Pending {
             }
             Expect::Shadow { index } => {
                 let decided = reply::decision(&reply)?;
+                // Never in the headers (a shadow rule is not shown); read by keyed checks.
+                self.answer
+                    .outcomes
+                    .push((index, HeaderOutcome::of(&decided)));
                 if decided.allowed {
                     self.answer.shadow_admitted.push(index);
                 } else {

@@ -190,7 +190,11 @@ impl Pending {
                 }
             };
             if let Some((_, names, rules)) = groups.get_mut(at) {
-                names.insert(k.rule.name.clone(), i);
+                // Names are unique in one call; keyed checks may repeat a rule on other keys.
+                if names.contains_key(&rule.name) {
+                    rule.name = format!("{}#{i}", rule.name);
+                }
+                names.insert(rule.name.clone(), i);
                 rules.push(rule);
             }
         }

@@ -181,6 +181,7 @@ impl Pending {
                 return Step::Done(super::Verdict::pass(0));
             };
             let n = ctx.keyed.len();
+            let checks = ctx.checks;
             match self.phase {
                 Phase::Grant(i) if i >= n => self.phase = Phase::Acquire(0),
                 Phase::Grant(i) => match self.grant(i, now) {
@@ -210,7 +211,13 @@ impl Pending {
                 }
                 Phase::Multi => {
                     self.phase = Phase::Shadow;
-                    let calls = self.multi();
+                    let mut calls = self.multi();
+                    // Keyed checks evaluate their shadow rules whatever the others decide (the
+                    // Envoy reference service counts them so): in the same step.
+                    if checks {
+                        calls.extend(self.shadows());
+                        self.phase = Phase::Answered;
+                    }
                     if !calls.is_empty() {
                         return self.ask(calls);
                     }

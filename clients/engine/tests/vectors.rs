@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rl_engine::engine::Check;
 use rl_engine::memory::MemoryStore;
 use rl_engine::{
     Answer, Call, Caller, Engine, Holdings, Instant, Metrics, Options, Pending, Policy, Request,
@@ -183,6 +184,9 @@ impl Run {
         if let Some(request) = step.get("request") {
             return self.request(request, step);
         }
+        if let Some(check) = step.get("check") {
+            return self.check(check, step);
+        }
         if let Some(id) = step.get("resume").and_then(Value::as_str) {
             let (mut pending, first) = self.pending.remove(id).ok_or("no such held request")?;
             let mut script = Script::new(step.get("store"));
@@ -293,6 +297,51 @@ impl Run {
         if let Some(id) = step.get("id").and_then(Value::as_str) {
             self.leases
                 .insert(id.to_string(), (pending.holdings(), started));
+        }
+        Ok(())
+    }
+
+    /// Keyed checks under a route, each naming a rule of the policy.
+    fn check(&mut self, check: &Value, step: &Value) -> R<()> {
+        let route = check["route"].as_str().ok_or("check without a route")?;
+        let policy = self.engine.policy();
+        let items = check["items"].as_array().ok_or("check without items")?;
+        let mut checks = Vec::with_capacity(items.len());
+        for item in items {
+            let name = item["rule"].as_str().ok_or("a check without a rule")?;
+            let rule = policy
+                .rules
+                .get(name)
+                .ok_or_else(|| format!("no rule {name}"))?;
+            checks.push(Check {
+                rule: Arc::clone(rule),
+                key: item["key"]
+                    .as_str()
+                    .ok_or("a check without a key")?
+                    .to_string(),
+                cost: item["cost"].as_u64().unwrap_or(1),
+            });
+        }
+        let (mut pending, first) = self.engine.check(route, checks, self.now());
+        let mut script = Script::new(step.get("store"));
+        let verdict = self.drive(&mut pending, first, &mut script)?;
+        script.done()?;
+        self.check_verdict(step, &verdict, &script)?;
+        if let Some(want) = step.get("expect").and_then(|e| e.get("checks")) {
+            let got: Vec<Value> = verdict
+                .checks
+                .iter()
+                .map(|c| {
+                    json!({
+                        "over": c.over,
+                        "remaining": c.remaining,
+                        "reset_after_ms": c.reset_after_ms,
+                        "retry_after_ms": c.retry_after_ms,
+                        "source": format!("{:?}", c.source).to_lowercase(),
+                    })
+                })
+                .collect();
+            matches(want, &Value::Array(got), "checks")?;
         }
         Ok(())
     }

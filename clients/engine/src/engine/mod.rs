@@ -260,9 +260,11 @@ impl Engine {
         (pending, self.shared.seal(step, now))
     }
 
-    /// Starts deciding keyed checks at `now`, under the policy's default route: see [`Check`].
-    pub fn check(&self, checks: Vec<Check>, now: Instant) -> (Pending, Step) {
-        let (pending, step) = Pending::begin_checks(Arc::clone(&self.shared), checks, now);
+    /// Starts deciding keyed checks at `now` under the route named `route` (its posture, its
+    /// name in metrics and records): a route of the policy, or its default when that is the
+    /// name (a policy made by [`Policy::for_checks`] names its default). See [`Check`].
+    pub fn check(&self, route: &str, checks: Vec<Check>, now: Instant) -> (Pending, Step) {
+        let (pending, step) = Pending::begin_checks(Arc::clone(&self.shared), route, checks, now);
         (pending, self.shared.seal(step, now))
     }
 
@@ -346,7 +348,7 @@ impl Shared {
         let Step::Done(mut verdict) = step else {
             return step;
         };
-        if verdict.route.as_deref() == Some(DEFAULT_NAME) {
+        if verdict.route.as_deref() == Some(DEFAULT_NAME) && verdict.checks.is_empty() {
             verdict
                 .log
                 .insert(0, LogRecord::unmatched(verdict.policy_version));

@@ -156,6 +156,20 @@ impl Verdict {
         Verdict::reject(policy_version, None, 400, problem::above_root())
     }
 
+    /// Keyed checks under a route the policy does not have: the face's bug, a 500 (each check
+    /// open, so that a face reading them back reads nothing decided).
+    pub(crate) fn no_such_route(policy_version: u64, checks: usize) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Error,
+            status: Some(500),
+            problem: Some(problem::store_refused(
+                "keyed checks name a route the policy lacks",
+            )),
+            checks: vec![super::CheckOutcome::open(); checks],
+            ..Verdict::pass(policy_version)
+        }
+    }
+
     /// A request that cannot be decided as sent, answered before any store call.
     fn reject(policy_version: u64, route: Option<&str>, status: u16, problem: Problem) -> Verdict {
         let record = LogRecord::new(

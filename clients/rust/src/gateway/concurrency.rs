@@ -199,7 +199,7 @@ where
                 key,
                 cost: 1,
             };
-            let (verdict, leases) = limit.gateway.check(vec![check]).await;
+            let (verdict, leases) = limit.gateway.check(&limit.settings.name, vec![check]).await;
             if verdict.status.is_some() {
                 return Ok(answer(&verdict));
             }

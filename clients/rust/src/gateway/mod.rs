@@ -270,11 +270,11 @@ impl<C: RlConnection + 'static> Gateway<C> {
     }
 
     /// Decides keyed checks (what a face that is not HTTP translates its requests into: the
-    /// Envoy rate limit service's descriptors), under the policy's default route: see
-    /// [`rl_engine::engine::Check`]. The verdict carries each check's outcome.
-    pub async fn check(&self, checks: Vec<Check>) -> (Verdict, Leases<C>) {
+    /// Envoy rate limit service's descriptors) under the route named `route`: see
+    /// [`rl_engine::Engine::check`]. The verdict carries each check's outcome.
+    pub async fn check(&self, route: &str, checks: Vec<Check>) -> (Verdict, Leases<C>) {
         let started = now();
-        let (pending, step) = self.engine.check(checks, started);
+        let (pending, step) = self.engine.check(route, checks, started);
         self.drive(pending, step, started).await
     }
 

@@ -206,11 +206,23 @@ impl Pending {
     /// name in metrics and records): see [`crate::engine::Check`].
     pub(crate) fn begin_checks(
         shared: Arc<Shared>,
+        route: &str,
         checks: Vec<crate::engine::Check>,
         now: Instant,
     ) -> (Pending, Step) {
         let policy = shared.policy.load_full();
         let pending = Pending::new(shared, policy.store.timeout, now);
+        let route = policy
+            .routes
+            .iter()
+            .chain(std::iter::once(&policy.default))
+            .find(|r| r.name() == route)
+            .map(Arc::clone);
+        let Some(route) = route else {
+            // The face names a route its own policy lacks: its bug, answered 500.
+            let verdict = crate::engine::Verdict::no_such_route(policy.version, checks.len());
+            return (pending, Step::Done(verdict));
+        };
         let sample = pending.shared.options.log_sample;
         let sampled = sample > 0.0 && pending.shared.rng.f64() < sample;
         let keyed = checks
@@ -223,7 +235,7 @@ impl Pending {
             })
             .collect();
         let ctx = Ctx {
-            route: Arc::clone(&policy.default),
+            route,
             policy,
             keyed,
             has_user: true,

@@ -146,6 +146,12 @@ impl Default for Options {
 /// of 200-byte keys fit in it.
 pub const DEFAULT_TABLE_BYTES: usize = 32 << 20;
 
+/// A missed call is the driver's overload when its loop ran late by this fraction of the
+/// call's time (a quarter)...
+const OVERLOAD_SHARE: u32 = 4;
+/// ...and by at least this much.
+const MIN_LATENESS: Duration = Duration::from_millis(5);
+
 /// Separates the decision ids' sequence from the decisions' own for one seed.
 const IDS_SEED: u64 = 0x5EED_0F1D_5EED_0F1D;
 
@@ -273,6 +279,28 @@ impl Engine {
     pub fn resume(&self, pending: &mut Pending, answers: Vec<Answer>, now: Instant) -> Step {
         let step = pending.resume(answers, now);
         self.shared.seal(step, now)
+    }
+
+    /// How a store call that missed its deadline ended, from how late the driver's own loop
+    /// ran *since the call was sent* (`late`) and the time the call had (`window`): the
+    /// gateway's own overload ([`Answer::Overloaded`]: shed, and not the breaker's failure)
+    /// when the loop ran late by a quarter of that time, and by at least 5 ms (timers have a
+    /// millisecond's granularity and a busy loop runs them a few late); otherwise a timeout.
+    /// Lateness before the call was sent is not the call's: it is not counted here.
+    pub fn missed(&self, window: Duration, late: Duration) -> Answer {
+        if late >= (window / OVERLOAD_SHARE).max(MIN_LATENESS) {
+            Answer::Overloaded
+        } else {
+            Answer::Timeout
+        }
+    }
+
+    /// Whether a driver sheds a new request before deciding it ([`Engine::shed`]): its loop
+    /// is stalled now (the tick now due is overdue by `stalled`) by two store timeouts or more,
+    /// so the request would miss its deadline before its first call was sent. A stall the
+    /// loop has already recovered from sheds nothing.
+    pub fn saturated(&self, stalled: Duration) -> bool {
+        stalled >= self.shared.policy.load().store.timeout.saturating_mul(2)
     }
 
     /// The verdict for a request the driver sheds before deciding it, because its own process

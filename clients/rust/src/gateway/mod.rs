@@ -308,8 +308,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
                     step = pending.resume(&self.engine, Vec::new());
                 }
                 Step::Calls { calls, deadline } => {
-                    let timeout = self.engine.policy().store.timeout;
-                    let answers = send_all(rl, &calls, deadline, timeout).await;
+                    let answers = send_all(&self.engine, rl, &calls, deadline).await;
                     step = pending.resume(&self.engine, answers);
                 }
             }
@@ -353,15 +352,15 @@ impl<C: RlConnection + 'static> Drop for Abandon<'_, C> {
 }
 
 /// Sends the calls in order until `deadline`; those not answered by then are timeouts (the
-/// engine counts a missing answer as one), unless the deadline's timer itself fired late by
-/// a quarter of the store's timeout or more: then this process's runtime was too busy to wait
-/// (its workers saturated by other tasks), the store may well have answered in time, and the
-/// first unanswered call is reported `Overloaded` (shed, and not counted by the breaker).
+/// engine counts a missing answer as one), unless the deadline's timer itself fired late: how
+/// late, against the time the calls had, is the engine's to judge ([`Engine::missed`]): a
+/// runtime too busy to wait (its workers saturated by other tasks) is the gateway's overload,
+/// not the store's failure.
 async fn send_all<C: RlConnection>(
+    engine: &Engine,
     rl: &Rl<C>,
     calls: &[Call],
     deadline: rl_engine::Instant,
-    timeout: Duration,
 ) -> Vec<Answer> {
     let mut answers = Vec::with_capacity(calls.len());
     let sending = async {
@@ -370,19 +369,16 @@ async fn send_all<C: RlConnection>(
         }
     };
     let at = tokio_instant(deadline);
+    let window = at.saturating_duration_since(tokio::time::Instant::now());
     if tokio::time::timeout_at(at, sending).await.is_err() {
+        // The timer's own lateness: it began after the calls were sent.
         let late = tokio::time::Instant::now().saturating_duration_since(at);
-        if late >= (timeout / 4).max(MIN_LATENESS) {
+        if let Answer::Overloaded = engine.missed(window, late) {
             answers.push(Answer::Overloaded);
         }
     }
     answers
 }
-
-/// The least lateness of a deadline's timer taken for the runtime's own overload: tokio's
-/// timers have a millisecond's granularity, and a runtime that is merely busy runs them a few
-/// milliseconds late.
-const MIN_LATENESS: Duration = Duration::from_millis(5);
 
 fn answer_of(result: Result<redis::Value, Error>) -> Answer {
     match result {

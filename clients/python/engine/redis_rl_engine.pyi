@@ -3,7 +3,7 @@
 Times are Unix microseconds from a monotonic source; calls are the module's commands as lists
 of bytes. `redis_rl.gateway` is the driver that does the I/O."""
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 PROBLEM_CONTENT_TYPE: str
 
@@ -84,8 +84,34 @@ class Verdict:
         """Decision records: `level` (`info`/`warn`), `message`, `reason` (`refuse:<rule>`,
         `unavailable:deny`, `unmatched`, ...), `route`, `rule`, `plan`, `policy_version`,
         `outcome`, `decision` (the request's id)."""
+    @property
+    def checks(self) -> List[CheckOutcome]:
+        """Each keyed check's outcome, in the order `Engine.check` was given them (empty for
+        a request `begin` decided)."""
+
+class CheckOutcome:
+    """What one keyed check decided (for a shadow rule: what it would have decided)."""
+
+    @property
+    def over(self) -> bool: ...
+    @property
+    def remaining(self) -> Optional[int]:
+        """Units the key holds after this decision, when the store or a limiter told."""
+    @property
+    def reset_after_ms(self) -> Optional[int]: ...
+    @property
+    def retry_after_ms(self) -> Optional[int]:
+        """When over: when the same request would pass."""
+    @property
+    def source(self) -> str:
+        """`store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback`
+        (the posture's local limiter) or `open` (not asked)."""
 
 Step = Union[Calls, Wait, Verdict]
+
+# A keyed check: (rule, key) or (rule, key, cost), or a dict with "rule", "key" and "cost".
+Check = Union[Tuple[str, Union[str, bytes]], Tuple[str, Union[str, bytes], int],
+              Dict[str, Union[str, bytes, int]]]
 
 class Holdings:
     """What an admitted request holds; each method gives the calls to send."""
@@ -127,6 +153,12 @@ class Engine:
               peer: Optional[str], now: int, user: Optional[str] = None,
               tenant: Optional[str] = None,
               case_insensitive: bool = False) -> Tuple[Pending, Step]: ...
+    def check(self, route: str, checks: Iterable[Check], now: int) -> Tuple[Pending, Step]:
+        """Keyed checks under the route named `route` (its posture, its name in metrics and
+        records; one the policy lacks is answered 500): each a rule of the policy in force by
+        name (one it lacks raises ValueError, and nothing is decided), the key it counts on
+        (str, or UTF-8 bytes), the units it takes (1 when not given; 0 only asks whether one
+        unit would pass). The verdict's `checks` give each one's outcome."""
     def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
     def shed(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
              peer: Optional[str], now: int, user: Optional[str] = None,

@@ -243,6 +243,8 @@ class Run:
                     raise AssertionError(f"repetition {k}: {exc}") from None
         elif "request" in step:
             self.request(step["request"], step)
+        elif "check" in step:
+            self.check(step["check"], step)
         elif "resume" in step:
             pending, first = self.pending.pop(step["resume"])
             script = Script(step.get("store"))
@@ -312,6 +314,21 @@ class Run:
         self.check_verdict(step, verdict, script)
         if "id" in step:
             self.leases[step["id"]] = (pending.holdings(), started)
+
+    def check(self, c, step):
+        """Keyed checks under a route, each naming a rule of the policy."""
+        items = [(i["rule"], i["key"], i.get("cost", 1)) for i in c["items"]]
+        pending, first = self.engine.check(c["route"], items, self.now)
+        script = Script(step.get("store"))
+        verdict = self.drive(pending, first, script)
+        script.done()
+        self.check_verdict(step, verdict, script)
+        want = step.get("expect", {}).get("checks")
+        if want is not None:
+            got = [{"over": o.over, "remaining": o.remaining, "reset_after_ms": o.reset_after_ms,
+                    "retry_after_ms": o.retry_after_ms, "source": o.source}
+                   for o in verdict.checks]
+            matches(want, got, "checks")
 
     def drive(self, pending, step, script):
         """Answers each step from the script, or from the memory store when the script has

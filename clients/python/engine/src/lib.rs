@@ -3,7 +3,9 @@
 //! the HTTP framework, and everything a gateway decides is the engine's, the same code the Rust
 //! and Node gateways run.
 
+mod checks;
 mod convert;
+mod verdict;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -13,11 +15,12 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{IntoPyDict, PyList};
 use rl_engine::metrics::{Event, Metrics, MetricsHook};
-use rl_engine::{Caller, Headers, Instant, LogLevel, Mode, Options, Policy, PolicyError, Request};
+use rl_engine::{Caller, Headers, Instant, Mode, Options, Policy, PolicyError, Request};
 
 use convert::{answer, calls, Answer, Call};
+use verdict::{step_to_py, verdict, CheckOutcome, Verdict};
 
 create_exception!(
     redis_rl_engine,
@@ -161,6 +164,25 @@ impl Engine {
             case_insensitive,
         };
         let (pending, step) = self.inner.begin(&request, Instant::from_micros(now));
+        Ok((Pending { inner: pending }, step_to_py(py, step)?))
+    }
+
+    /// Starts deciding keyed checks at `now` (Unix microseconds) under the route named
+    /// `route` (its posture, its name in metrics and records; a route the policy lacks is
+    /// answered 500): each check a `(rule, key, cost)` tuple or a `{"rule", "key", "cost"}`
+    /// dict, the rule named in the policy in force, the key str or UTF-8 bytes, the cost the
+    /// units it takes (1 when not given; 0 only asks whether one unit would pass). A rule the
+    /// policy lacks raises `ValueError` naming it, and nothing is decided. The verdict's
+    /// `checks` give each check's outcome, in order.
+    fn check(
+        &self,
+        py: Python<'_>,
+        route: &str,
+        checks: &Bound<'_, PyAny>,
+        now: u64,
+    ) -> PyResult<(Pending, Py<PyAny>)> {
+        let checks = checks::checks_of(&self.inner.policy(), checks)?;
+        let (pending, step) = self.inner.check(route, checks, Instant::from_micros(now));
         Ok((Pending { inner: pending }, step_to_py(py, step)?))
     }
 
@@ -438,126 +460,6 @@ impl Holdings {
     }
 }
 
-/// Send these calls in order on one connection before `deadline` (Unix microseconds), and
-/// resume with one answer each; calls left unanswered count as timeouts.
-#[pyclass(frozen, module = "redis_rl_engine")]
-struct Calls {
-    #[pyo3(get)]
-    calls: Py<PyList>,
-    #[pyo3(get)]
-    deadline: u64,
-}
-
-/// Another request is refilling a chunk this one needs: resume with no answers at `until`.
-#[pyclass(frozen, module = "redis_rl_engine")]
-struct Wait {
-    #[pyo3(get)]
-    until: u64,
-}
-
-/// The engine's answer for one request.
-#[pyclass(frozen, module = "redis_rl_engine")]
-struct Verdict {
-    /// None when the request goes on; 429, 503, 500 or 431 when the gateway answers it.
-    #[pyo3(get)]
-    status: Option<u16>,
-    /// `admit`, `refuse`, `unavailable`, `error` or `reject`.
-    #[pyo3(get)]
-    kind: &'static str,
-    /// The route-level outcome as counted; None for a request that passes untouched (no route matched, the default has no rules).
-    #[pyo3(get)]
-    outcome: Option<&'static str>,
-    #[pyo3(get)]
-    route: Option<String>,
-    #[pyo3(get)]
-    policy_version: u64,
-    /// (name, value) pairs of str, sent on the response whatever answers it.
-    #[pyo3(get)]
-    headers: Py<PyList>,
-    /// The problem+json body when the gateway answers the request itself.
-    #[pyo3(get)]
-    problem: Option<Py<PyBytes>>,
-    /// Calls to send after answering (releases, refunds); their replies do not matter.
-    #[pyo3(get)]
-    background: Py<PyList>,
-    /// Decision records, each a dict: `level` (`info`/`warn`), `message`, `reason`, `route`,
-    /// `rule`, `plan`, `policy_version`, `outcome`, `decision` (the request's id).
-    #[pyo3(get)]
-    log: Py<PyList>,
-}
-
-fn step_to_py(py: Python<'_>, step: rl_engine::Step) -> PyResult<Py<PyAny>> {
-    Ok(match step {
-        rl_engine::Step::Calls {
-            calls: cs,
-            deadline,
-        } => Py::new(
-            py,
-            Calls {
-                calls: calls(py, cs)?,
-                deadline: deadline.as_micros(),
-            },
-        )?
-        .into_any(),
-        rl_engine::Step::Wait { until } => Py::new(
-            py,
-            Wait {
-                until: until.as_micros(),
-            },
-        )?
-        .into_any(),
-        rl_engine::Step::Done(v) => Py::new(py, verdict(py, v)?)?.into_any(),
-    })
-}
-
-fn verdict(py: Python<'_>, v: rl_engine::Verdict) -> PyResult<Verdict> {
-    let headers = PyList::new(
-        py,
-        v.headers
-            .iter()
-            .map(|(k, val)| (PyString::new(py, k), PyString::new(py, val))),
-    )?;
-    let log = PyList::empty(py);
-    for r in &v.log {
-        let record = PyDict::new(py);
-        let level = match r.level {
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-        };
-        record.set_item("level", level)?;
-        record.set_item("message", r.message)?;
-        record.set_item("reason", r.reason.as_str())?;
-        record.set_item("route", r.route.as_str())?;
-        record.set_item("rule", r.rule.as_str())?;
-        record.set_item("plan", r.plan.as_str())?;
-        record.set_item("policy_version", r.policy_version)?;
-        record.set_item("outcome", r.outcome)?;
-        record.set_item("decision", r.decision.as_str())?;
-        log.append(record)?;
-    }
-    let kind = match v.kind {
-        rl_engine::VerdictKind::Admit => "admit",
-        rl_engine::VerdictKind::Refuse => "refuse",
-        rl_engine::VerdictKind::Unavailable => "unavailable",
-        rl_engine::VerdictKind::Error => "error",
-        rl_engine::VerdictKind::Reject => "reject",
-        rl_engine::VerdictKind::Shed => "shed",
-    };
-    Ok(Verdict {
-        status: v.status,
-        kind,
-        outcome: v.outcome.map(|o| o.name()),
-        route: v.route,
-        policy_version: v.policy_version,
-        headers: headers.unbind(),
-        problem: v
-            .problem
-            .map(|p| PyBytes::new(py, p.body.as_bytes()).unbind()),
-        background: calls(py, v.background)?,
-        log: log.unbind(),
-    })
-}
-
 /// A store that answers the engine's calls in memory with the module's own arithmetic (the
 /// core crate): tests, offline replay.
 #[pyclass(module = "redis_rl_engine")]
@@ -590,9 +492,10 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_class::<Pending>()?;
     m.add_class::<Holdings>()?;
-    m.add_class::<Calls>()?;
-    m.add_class::<Wait>()?;
+    m.add_class::<verdict::Calls>()?;
+    m.add_class::<verdict::Wait>()?;
     m.add_class::<Verdict>()?;
+    m.add_class::<CheckOutcome>()?;
     m.add_class::<Call>()?;
     m.add_class::<Answer>()?;
     m.add_class::<MemoryStore>()?;

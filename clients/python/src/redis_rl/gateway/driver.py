@@ -214,14 +214,16 @@ class Outcome:
     with `headers` added, `settle` with the backend's X-Actual-Cost and status, `release` once
     the response has been sent (or dropped)."""
 
-    __slots__ = ("_gateway", "_heartbeat", "_holdings", "_store", "body", "content_type",
-                 "headers", "status")
+    __slots__ = ("_gateway", "_heartbeat", "_holdings", "_store", "body", "checks",
+                 "content_type", "headers", "status")
 
     def __init__(self, gateway: Gateway, store: AsyncClient, verdict: Verdict,
                  holdings: engine.Holdings | None, started: int):
         self.status: int | None = verdict.status
         self.headers: list[tuple[str, str]] = verdict.headers
         self.body: bytes = verdict.problem or b""
+        # Each keyed check's outcome, for `Gateway.check` (empty for an HTTP request).
+        self.checks: list[engine.CheckOutcome] = verdict.checks
         self.content_type = engine.PROBLEM_CONTENT_TYPE
         self._gateway, self._store, self._holdings = gateway, store, holdings
         self._heartbeat: asyncio.Task | None = None
@@ -421,6 +423,25 @@ class Gateway:
             if step.log:
                 _log(step.log)
             return None
+        return await self._drive(pending, step, started)
+
+    async def check(self, route: str, checks: Iterable[Any]) -> Outcome:
+        """Decides keyed checks (what a face that is not HTTP translates its requests into, as
+        the Envoy rate limit service's descriptors) under the policy's route named `route`:
+        its posture, its name in metrics and records; a route the policy lacks is answered
+        500. Each check is a `(rule, key, cost)` tuple or a `{"rule", "key", "cost"}` dict: a
+        rule of the policy in force by name (one it lacks raises ValueError, and nothing is
+        decided), the key it counts on, the units it takes (1 when not given; 0 only asks).
+        All are admitted or none; the outcome's `checks` hold each one's `over`, `remaining`,
+        `reset_after_ms`, `retry_after_ms` and `source`, in order. A semaphore's slot is held
+        until the outcome's `release`."""
+        started = now_us()
+        pending, step = self.engine.check(route, list(checks), started)
+        return await self._drive(pending, step, started)
+
+    async def _drive(self, pending: engine.Pending, step: Any, started: int) -> Outcome:
+        """Runs a decision's steps until its verdict: the calls under the engine's deadline,
+        the waits; then the background calls and the records."""
         store = self._store_for(pending)
         try:
             while type(step) is not Verdict:

@@ -20,6 +20,15 @@ export declare class Engine {
   routed(method: string, path: string, caseInsensitive?: boolean | undefined | null): boolean
   begin(request: RequestIn, headers: object, nowUs: number): Pending
   /**
+   * Starts deciding keyed checks at `nowUs` under the route named `route` (its posture, its
+   * name in metrics and records; a route the policy lacks is answered 500): each check a
+   * rule of the policy in force by name, the key it counts on, and the units it takes (1
+   * when not given; 0 only asks whether one unit would pass). A rule the policy lacks
+   * throws, naming it, and nothing is decided. The verdict's `checks` give each check's
+   * outcome, in order.
+   */
+  check(route: string, checks: Array<CheckIn>, nowUs: number): Pending
+  /**
    * The verdict for a request the driver sheds before deciding it, its own process being
    * saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
    * breaker failure. A request no route matches passes when the default has no rules.
@@ -76,7 +85,7 @@ export declare class MemoryStore {
 
 /** One request being decided. */
 export declare class Pending {
-  /** The step `begin` answered; then each `resume`'s. */
+  /** The step `begin` or `check` answered; then each `resume`'s. */
   first(): StepOut | null
   /**
    * Feeds one answer per call of the last step (none after a wait; missing ones are
@@ -103,6 +112,31 @@ export interface CallerIn {
 export interface CallOut {
   args: Array<string>
   key: string
+}
+
+/**
+ * One keyed check: a rule of the policy in force by name, the key it counts on (a string, or
+ * a Buffer of UTF-8), and the units it takes (1 when not given; 0 only asks).
+ */
+export interface CheckIn {
+  rule: string
+  key: string | Buffer
+  cost?: number
+}
+
+/** What one keyed check decided (for a shadow rule: what it would have decided). */
+export interface CheckOut {
+  over: boolean
+  /** Units the key holds after this decision, when the store or a limiter told. */
+  remaining?: number
+  resetAfterMs?: number
+  /** When over: when the same request would pass. */
+  retryAfterMs?: number
+  /**
+   * `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback` (the
+   * posture's local limiter) or `open` (not asked).
+   */
+  source: string
 }
 
 export interface EngineOptions {
@@ -212,4 +246,9 @@ export interface VerdictOut {
   policyVersion: number
   background: Array<CallOut>
   log: Array<LogOut>
+  /**
+   * Each keyed check's outcome, in the order `check` was given them (empty for a request
+   * `begin` decided).
+   */
+  checks: Array<CheckOut>
 }

@@ -152,6 +152,8 @@ class Run {
       }
     } else if (step.request !== undefined) {
       this.request(step.request, step);
+    } else if (step.check !== undefined) {
+      this.check(step.check, step);
     } else if (step.resume !== undefined) {
       const held = this.take(this.pending, step.resume, 'no such held request');
       const script = new Script(step.store);
@@ -225,6 +227,20 @@ class Run {
     // A request that holds nothing has no holdings: its finish and tick make no call.
     const none = { finish: () => [], tick: () => [] };
     if (step.id !== undefined) this.leases.set(step.id, { holdings: pending.holdings() ?? none, started });
+  }
+
+  // Keyed checks under a route, each naming a rule of the policy.
+  check(c, step) {
+    const items = c.items.map((i) => ({ rule: i.rule, key: i.key, cost: i.cost ?? 1 }));
+    const pending = this.engine.check(c.route, items, this.now);
+    const script = new Script(step.store);
+    const verdict = this.drive(pending, pending.first(), script);
+    script.done();
+    this.checkVerdict(step.expect, verdict, script);
+    if (step.expect?.checks !== undefined) {
+      matches(step.expect.checks, verdict.checks.map((o) => ({ over: o.over, remaining: o.remaining ?? null,
+        reset_after_ms: o.resetAfterMs ?? null, retry_after_ms: o.retryAfterMs ?? null, source: o.source })), 'checks');
+    }
   }
 
   // Answers each step from the script, or from the memory store where the script allows.

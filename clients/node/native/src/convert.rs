@@ -3,7 +3,10 @@
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use rl_engine::{Answer, Call, Instant, Reply, Step, Verdict};
+use std::sync::Arc;
+
+use rl_engine::engine::{Check, CheckOutcome, CheckSource};
+use rl_engine::{Answer, Call, Instant, Policy, Reply, Step, Verdict};
 use serde_json::Value;
 
 pub(crate) fn instant(us: f64) -> Instant {
@@ -66,6 +69,91 @@ pub struct VerdictOut {
     pub policy_version: f64,
     pub background: Vec<CallOut>,
     pub log: Vec<LogOut>,
+    /// Each keyed check's outcome, in the order `check` was given them (empty for a request
+    /// `begin` decided).
+    pub checks: Vec<CheckOut>,
+}
+
+/// One keyed check: a rule of the policy in force by name, the key it counts on (a string, or
+/// a Buffer of UTF-8), and the units it takes (1 when not given; 0 only asks).
+#[napi(object)]
+pub struct CheckIn {
+    pub rule: String,
+    pub key: Either<String, Buffer>,
+    pub cost: Option<f64>,
+}
+
+/// What one keyed check decided (for a shadow rule: what it would have decided).
+#[napi(object)]
+pub struct CheckOut {
+    pub over: bool,
+    /// Units the key holds after this decision, when the store or a limiter told.
+    pub remaining: Option<f64>,
+    pub reset_after_ms: Option<f64>,
+    /// When over: when the same request would pass.
+    pub retry_after_ms: Option<f64>,
+    /// `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback` (the
+    /// posture's local limiter) or `open` (not asked).
+    pub source: String,
+}
+
+/// The checks as the engine takes them, read whole first: a bad one throws and nothing is
+/// decided.
+pub(crate) fn checks_in(policy: &Policy, checks: Vec<CheckIn>) -> Result<Vec<Check>> {
+    checks
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let invalid =
+                |what: String| Error::new(Status::InvalidArg, format!("check {i}: {what}"));
+            let rule = policy.rules.get(&c.rule).ok_or_else(|| {
+                invalid(format!(
+                    "no rule named {:?} in the policy in force (version {})",
+                    c.rule, policy.version
+                ))
+            })?;
+            let key = match c.key {
+                Either::A(s) => s,
+                Either::B(b) => String::from_utf8(b.to_vec())
+                    .map_err(|_| invalid("the key is not UTF-8".to_string()))?,
+            };
+            // A JavaScript number: a whole one within a double's exact integers.
+            let cost = match c.cost {
+                None => 1,
+                Some(n) if n.fract() == 0.0 && (0.0..=MAX_SAFE_INTEGER).contains(&n) => n as u64,
+                Some(n) => {
+                    return Err(invalid(format!(
+                        "the cost is a whole number of units from 0 to 2^53-1, not {n}"
+                    )))
+                }
+            };
+            Ok(Check {
+                rule: Arc::clone(rule),
+                key,
+                cost,
+            })
+        })
+        .collect()
+}
+
+/// `Number.MAX_SAFE_INTEGER`.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+fn check_out(c: &CheckOutcome) -> CheckOut {
+    CheckOut {
+        over: c.over,
+        remaining: c.remaining.map(|n| n as f64),
+        reset_after_ms: c.reset_after_ms.map(|n| n as f64),
+        retry_after_ms: c.retry_after_ms.map(|n| n as f64),
+        source: match c.source {
+            CheckSource::Store => "store",
+            CheckSource::Chunk => "chunk",
+            CheckSource::Cache => "cache",
+            CheckSource::Fallback => "fallback",
+            CheckSource::Open => "open",
+        }
+        .to_string(),
+    }
 }
 
 /// The next step: `calls` (with `deadline`, Unix µs), `wait` (until `until`) or `done`.
@@ -105,6 +193,7 @@ pub(crate) fn step_out(step: Step) -> StepOut {
 
 pub(crate) fn verdict_out(v: Verdict) -> VerdictOut {
     VerdictOut {
+        checks: v.checks.iter().map(check_out).collect(),
         kind: format!("{:?}", v.kind).to_lowercase(),
         outcome: v.outcome.map(|o| o.name().to_string()),
         status: v.status.map(u32::from),

@@ -18,8 +18,8 @@ mod convert;
 mod events;
 
 use convert::{
-    answer_of, calls_out, instant, json_of, read_headers, reason, step_out, verdict_out, CallOut,
-    StepOut, VerdictOut,
+    answer_of, calls_out, checks_in, instant, json_of, read_headers, reason, step_out, verdict_out,
+    CallOut, CheckIn, StepOut, VerdictOut,
 };
 use events::{EventOut, Queue};
 
@@ -178,6 +178,23 @@ impl Engine {
         })
     }
 
+    /// Starts deciding keyed checks at `nowUs` under the route named `route` (its posture, its
+    /// name in metrics and records; a route the policy lacks is answered 500): each check a
+    /// rule of the policy in force by name, the key it counts on, and the units it takes (1
+    /// when not given; 0 only asks whether one unit would pass). A rule the policy lacks
+    /// throws, naming it, and nothing is decided. The verdict's `checks` give each check's
+    /// outcome, in order.
+    #[napi]
+    pub fn check(&self, route: String, checks: Vec<CheckIn>, now_us: f64) -> Result<Pending> {
+        let checks = checks_in(&self.engine.policy(), checks)?;
+        let (pending, step) = self.engine.check(&route, checks, instant(now_us));
+        Ok(Pending {
+            engine: self.engine.clone(),
+            pending,
+            first: Some(step),
+        })
+    }
+
     /// The verdict for a request the driver sheds before deciding it, its own process being
     /// saturated: 503 with the gateway's own reason, counted `shed`, no store call and no
     /// breaker failure. A request no route matches passes when the default has no rules.
@@ -278,7 +295,7 @@ pub struct Pending {
 
 #[napi]
 impl Pending {
-    /// The step `begin` answered; then each `resume`'s.
+    /// The step `begin` or `check` answered; then each `resume`'s.
     #[napi]
     pub fn first(&mut self) -> Option<StepOut> {
         self.first.take().map(step_out)

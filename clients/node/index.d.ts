@@ -233,7 +233,29 @@ export interface GatewayDecision {
   /** Settles with the backend's X-Actual-Cost; after a 2xx `status` the reservations are
    * forgotten, so a reused Idempotency-Key is charged anew (no status: kept). */
   finish?(response: { actualCost?: unknown; status?: number }): Promise<void>;
-  done?(): void;
+  /** Releases the slots held; resolves once the releases were sent. */
+  done?(): Promise<void>;
+}
+/** A keyed check: a rule of the policy in force by name, the key it counts on, the units it
+ * takes (default 1; 0 only asks whether one unit would pass). */
+export interface GatewayCheck {
+  rule: string;
+  key: Bytes;
+  cost?: number;
+}
+/** What one keyed check decided (for a shadow rule: what it would have decided). */
+export interface GatewayCheckOutcome {
+  over: boolean;
+  /** Units the key holds after this decision, when the store or a limiter told. */
+  remaining?: number;
+  resetAfterMs?: number;
+  /** When over: when the same request would pass. */
+  retryAfterMs?: number;
+  source: 'store' | 'chunk' | 'cache' | 'fallback' | 'open';
+}
+export interface GatewayCheckDecision extends GatewayDecision {
+  /** Each check's outcome, in the order given. */
+  checks: GatewayCheckOutcome[];
 }
 export class Gateway {
   constructor(options: GatewayOptions);
@@ -241,6 +263,9 @@ export class Gateway {
   readonly metrics: { render(): string; count(route: string, rule: string, outcome: string): number };
   reload(): { version: number };
   decide(request: GatewayRequest): Promise<GatewayDecision | null>;
+  /** Keyed checks under the policy's route named `route`, all admitted or none (a route the
+   * policy lacks: 500); a rule the policy lacks rejects, naming it, and nothing is decided. */
+  check(route: string, checks: GatewayCheck[]): Promise<GatewayCheckDecision>;
 }
 /** The engine's in-memory store: the module's arithmetic without a server. Replies in the JSON
  * of clients/vectors/README.md. */

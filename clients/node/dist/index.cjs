@@ -1319,7 +1319,24 @@ var Gateway = class {
     }
     const since = import_node_perf_hooks2.performance.now();
     const started = nowUs();
-    const pending = this.engine.begin(request, headers, started);
+    return this.drive(this.engine.begin(request, headers, started), started, since);
+  }
+  // Decides keyed checks (what a face that is not HTTP translates its requests into, as the Envoy
+  // rate limit service's descriptors) under the policy's route named `route`: its posture, its
+  // name in metrics and records; a route the policy lacks is answered 500. `checks`: `{ rule,
+  // key, cost? }`, a rule of the policy in force by name (one it lacks throws, and nothing is
+  // decided), the key it counts on, the units it takes (1 when not given; 0 only asks). All are
+  // admitted or none. Resolves { status, headers, body?, checks, done? }: `checks` holds each
+  // one's { over, remaining?, resetAfterMs?, retryAfterMs?, source }, in order; `done()` releases
+  // a semaphore's slot.
+  async check(route, checks) {
+    const since = import_node_perf_hooks2.performance.now();
+    const started = nowUs();
+    return this.drive(this.engine.check(route, checks, started), started, since, true);
+  }
+  // Runs a decision's steps until its verdict: the calls under the engine's deadline, the waits.
+  // `keyed`: the decision carries each check's outcome.
+  async drive(pending, started, since, keyed = false) {
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== "done") {
@@ -1333,6 +1350,7 @@ var Gateway = class {
       }
     }
     const decision = this.answer(step.verdict, rl);
+    if (keyed) decision.checks = step.verdict.checks;
     if (decision?.status !== 200) return decision;
     return held(decision, pending.holdings(), started, (calls) => sendEach(rl, calls, this.logger, step.verdict.route));
   }
@@ -1377,11 +1395,11 @@ function held(decision, holdings, started, background) {
     await background(holdings.settle(actual === void 0 || actual === null ? null : String(actual), known));
   };
   let ended = false;
-  decision.done = () => {
+  decision.done = async () => {
     if (ended) return;
     ended = true;
     clearInterval(timer);
-    background(holdings.release());
+    await background(holdings.release());
   };
   return decision;
 }

@@ -84,6 +84,8 @@ pub(crate) fn outcomes(ctx: &Ctx, answer: &Outcomes) -> Vec<CheckOutcome> {
             .find(|(r, _)| *r == i)
             .map(|(_, ms)| *ms)
     };
+    let admitted = answer.refused.is_empty();
+    let spent = |i: usize| answer.spent.contains(&i) || (admitted && answer.taken.contains(&i));
     ctx.keyed
         .iter()
         .enumerate()
@@ -93,7 +95,7 @@ pub(crate) fn outcomes(ctx: &Ctx, answer: &Outcomes) -> Vec<CheckOutcome> {
                 if let Some(ms) = refused(i) {
                     out.over = true;
                     out.retry_after_ms = Some(ms);
-                } else if !(out.over || k.rule.shadow || answer.spent.contains(&i)) {
+                } else if !(out.over || k.rule.shadow || spent(i)) {
                     // A rule that would admit reports what spending would leave; its call spent
                     // nothing (another rule of it refused, or it was only asked): it holds its
                     // cost more.

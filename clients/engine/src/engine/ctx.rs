@@ -99,7 +99,10 @@ pub(crate) struct Outcomes {
     pub(crate) shadow_admitted: Vec<usize>,
     /// Refusals that are not cached: their end may come any moment.
     pub(crate) uncached: Vec<usize>,
-    /// The rules of `RL.MULTI` calls that admitted, and so spent (on a cluster one slot's
-    /// call may admit while another's refuses).
+    /// Keyed checks only: the rules of `RL.MULTI` calls that admitted, and so spent (on a
+    /// cluster one slot's call may admit while another's refuses).
     pub(crate) spent: Vec<usize>,
+    /// Keyed checks only: the slots acquired and reservations made, which stay taken only when
+    /// the request is admitted (a refusal releases and refunds them).
+    pub(crate) taken: Vec<usize>,
 }

@@ -77,6 +77,9 @@ impl Pending {
                     self.answer.shadow_admitted.push(index);
                 } else {
                     self.answer.outcomes.push((index, outcome(None)));
+                    if ctx.checks {
+                        self.answer.taken.push(index);
+                    }
                 }
             }
             Expect::Reserve { index } if reply::reservations_full(&reply) => {
@@ -97,6 +100,9 @@ impl Pending {
                     .outcomes
                     .push((index, HeaderOutcome::of(&decided)));
                 if decided.allowed {
+                    if ctx.checks {
+                        self.answer.taken.push(index);
+                    }
                     if let Some(k) = ctx.keyed.get(index) {
                         self.reserved.push(Reserved {
                             key: k.key.clone().into_bytes(),

@@ -24,9 +24,9 @@ const MAX_DEPTH: usize = 16;
 const MAX_DESCRIPTORS: usize = 100_000;
 /// The default deadline of the store calls of one request (`store_timeout`), as the gateway
 /// policy's `store.timeout`. Envoy gives the whole call 20 ms by default (the filter's
-/// `timeout`) and then applies its own `failure_mode_deny`; to have `on_store_error` answer for
-/// a store that is slow rather than down, set this below the filter's timeout.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(50);
+/// `timeout`) and then applies its own `failure_mode_deny`: 10 ms leaves the posture's answer
+/// (`on_store_error`) time to arrive before Envoy stops waiting for it.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(10);
 /// The longest `store_timeout`: past that, requests are held by a store that is not coming.
 const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -389,12 +389,22 @@ fn limit(raw: RawRateLimit, path: &str, key_path: &str, shadow: bool) -> Result<
             &at,
         )?)
     };
+    // The engine's rule for the rate; none for `requests_per_unit: 0`, which no request
+    // passes (decided without the store).
+    let rule = match rate.filter(|r| r.requests_per_unit > 0) {
+        Some(r) => Some(Arc::new(
+            r.rule(&label, shadow)
+                .map_err(|e| invalid(&at("requests_per_unit"), &e))?,
+        )),
+        None => None,
+    };
     Ok(Limit {
         label,
         name,
         replaces,
         rate,
         shadow,
+        rule,
     })
 }
 

@@ -10,13 +10,17 @@
 //!   together).
 //! - Limits count on fixed windows of one unit by default (the reference's semantics); the
 //!   extensions `algorithm` and `burst` choose another of the module's algorithms.
-//! - The store calls of a request have one deadline (`store_timeout`, 50 ms by default); when
-//!   the store cannot answer by then, `on_store_error` answers: `deny` is the gRPC status
-//!   `UNAVAILABLE` (never `UNKNOWN`), `allow` is `OK`, `fallback` decides in this process on
-//!   the engine's in-memory store. A call cut by the deadline may still reach the store and be
-//!   applied when it catches up: at most that request's cost, spent late.
+//! - The face translates; the engine decides (`redis_rl_client::Gateway::check`), as it
+//!   decides an HTTP route's rules: the negative cache refuses an over-limit descriptor without
+//!   a store call, the breaker stops calling a store that keeps failing (and ramps back), and
+//!   decision records say why a request was refused.
+//! - The store calls of a request have one deadline (`store_timeout`, 10 ms by default, under
+//!   the 20 ms Envoy's filter waits); when the store cannot answer by then, or the breaker is
+//!   open, `on_store_error` answers: `deny` is the gRPC status `UNAVAILABLE` (never `UNKNOWN`),
+//!   `allow` is `OK`, `fallback` decides each descriptor on a local limiter of its own rate.
 //! - Decisions are counted in the engine's metrics under the route `rls:<domain>`, by the
-//!   limit's `name` or, without one, its descriptor path.
+//!   limit's `name` or, without one, its descriptor path (a request's own `limit` override:
+//!   `override`).
 
 mod config;
 mod decide;
@@ -24,48 +28,73 @@ mod plan;
 mod reply;
 mod tree;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use redis_rl_client::engine::memory::MemoryStore;
 use redis_rl_client::engine::metrics::{Event, Metrics};
-use redis_rl_client::{Rl, RlConnection};
+use redis_rl_client::engine::policy::{self as engine_policy, Policy, StoreSpec};
+use redis_rl_client::gateway::PolicyStore;
+use redis_rl_client::{Gateway, Rl, RlConnection};
 use tonic::{Code, Request, Response, Status};
 
 pub use config::{Config, OnStoreError, DEFAULT_STORE_TIMEOUT};
 
-/// The fallback store's budget: what it forgets past it is only what an outage decided.
-const FALLBACK_BYTES: usize = 32 << 20;
-
-/// The service: a configuration (replaced whole by [`Rls::reload`]), the store client, the
-/// metrics, and the in-memory store of `on_store_error: fallback`.
+/// The service: a configuration (replaced whole by [`Rls::reload`]), and the engine's gateway
+/// that decides its checks.
 pub struct Rls<C: RlConnection + 'static> {
     config: RwLock<Arc<Config>>,
-    rl: Rl<C>,
+    gateway: Gateway<C>,
     metrics: Arc<Metrics>,
-    cluster: bool,
-    local: Mutex<MemoryStore>,
+    /// The version of the engine's policy: each reload puts a higher one in force.
+    version: AtomicU64,
+}
+
+/// The engine's policy for a configuration: its posture and its store deadline.
+fn policy_of(config: &Config, version: u64) -> Policy {
+    let posture = match config.on_store_error {
+        OnStoreError::Deny => engine_policy::OnStoreError::Deny,
+        OnStoreError::Allow => engine_policy::OnStoreError::Allow,
+        OnStoreError::Fallback => engine_policy::OnStoreError::FallbackEach,
+    };
+    let store = StoreSpec {
+        timeout: config.store_timeout,
+        ..StoreSpec::default()
+    };
+    Policy::for_checks(version, &config.route, posture, store)
 }
 
 impl<C: RlConnection + 'static> Rls<C> {
     /// `cluster`: the store is a Redis Cluster, so a request is decided per hash slot.
     pub fn new(config: Config, rl: Rl<C>, metrics: Arc<Metrics>, cluster: bool) -> Arc<Rls<C>> {
         posture(&metrics, &config);
+        let policy = PolicyStore::snapshot(policy_of(&config, 1));
+        let gateway = Gateway::new(rl, policy, Arc::clone(&metrics));
+        let gateway = if cluster {
+            gateway.with_cluster()
+        } else {
+            gateway
+        };
         Arc::new(Rls {
             config: RwLock::new(Arc::new(config)),
-            rl,
+            gateway,
             metrics,
-            cluster,
-            local: Mutex::new(MemoryStore::with_budget(FALLBACK_BYTES)),
+            version: AtomicU64::new(1),
         })
     }
 
     /// Replaces the configuration; requests already being decided finish on the old one.
     pub fn reload(&self, config: Config) {
         posture(&self.metrics, &config);
+        let version = self
+            .version
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        // Versions only grow here, so the engine cannot refuse this one as stale.
+        let _ = self.gateway.engine().reload(policy_of(&config, version));
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
     }
 
@@ -98,13 +127,11 @@ impl<C: RlConnection + 'static> Rls<C> {
         match self.decide(&config, &plan).await {
             Ok(verdicts) => Ok(reply::answer(&config, &plan, &verdicts, &self.metrics)),
             Err(status) => {
-                let unavailable = status.code() == Code::Unavailable;
-                if unavailable {
+                if status.code() == Code::Unavailable {
                     tracing::debug!(domain = %config.domain, "{}", status.message());
                 } else {
                     tracing::warn!(domain = %config.domain, "{}", status.message());
                 }
-                reply::failed(&config, &plan, unavailable, &self.metrics);
                 Err(status)
             }
         }

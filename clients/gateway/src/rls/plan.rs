@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use redis_rl_client::engine::policy::RuleSpec;
 use redis_rl_client::Algo;
 use rl_core::request::multi::MAX_MULTI_KEYS;
 use tonic::Status;
@@ -34,10 +35,13 @@ pub(crate) enum Item {
     },
 }
 
-/// One store key to decide, with the summed cost of the descriptors counted on it.
+/// One store key to decide, with the summed cost of the descriptors counted on it (0: only
+/// asked).
 pub(crate) struct Check {
     pub key: Vec<u8>,
     pub rate: Rate,
+    /// The engine's rule; `None` when no request can pass (`requests_per_unit: 0`).
+    pub rule: Option<Arc<RuleSpec>>,
     pub cost: u64,
     pub shadow: bool,
 }
@@ -52,6 +56,10 @@ struct Resolved {
     key: Option<(Vec<u8>, Rate)>,
     cost: u64,
 }
+
+/// The longest descriptor value, in bytes: a value is an identity (a user, an address), and a
+/// longer one would only make a long-lived key of whatever a caller sends.
+pub(crate) const MAX_VALUE: usize = 256;
 
 /// Resolves `request`; a request no answer could be given to is `INVALID_ARGUMENT`.
 pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, Status> {
@@ -71,7 +79,8 @@ pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, 
             request.descriptors.len()
         )));
     }
-    // `hits_addend` unset (0) means 1, for the request and for a descriptor's own.
+    // The request's `hits_addend` unset (0) means 1; a descriptor's own, when set, is its
+    // cost, and 0 only asks, as the reference service's does.
     let hits = u64::from(request.hits_addend.max(1));
     let mut resolved = Vec::with_capacity(request.descriptors.len());
     for (i, d) in request.descriptors.iter().enumerate() {
@@ -87,7 +96,12 @@ pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, 
             resolved.push(None);
             continue;
         }
-        let cost = d.hits_addend.map_or(hits, |h| h.value.max(1));
+        if let Some(j) = d.entries.iter().position(|e| e.value.len() > MAX_VALUE) {
+            return Err(Status::invalid_argument(format!(
+                "descriptors[{i}].entries[{j}].value: longer than {MAX_VALUE} bytes"
+            )));
+        }
+        let cost = d.hits_addend.map_or(hits, |h| h.value);
         resolved.push(resolve(config, d, i, cost)?);
     }
     // A limit named in the `replaces` of another limit the request meets is not applied.
@@ -121,7 +135,7 @@ pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, 
             }) => Item::Limited {
                 limit: Arc::clone(limit),
                 rate: *rate,
-                check: plan.check(key, *rate, *cost, limit.shadow),
+                check: plan.check(key, *rate, limit.rule.as_ref(), *cost, limit.shadow),
             },
         };
         plan.items.push(item);
@@ -138,7 +152,14 @@ pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, 
 impl Plan {
     /// The check counting on `key`, new or shared with an earlier descriptor of the request
     /// (the same descriptor sent twice costs twice, in one decision).
-    fn check(&mut self, key: &[u8], rate: Rate, cost: u64, shadow: bool) -> usize {
+    fn check(
+        &mut self,
+        key: &[u8],
+        rate: Rate,
+        rule: Option<&Arc<RuleSpec>>,
+        cost: u64,
+        shadow: bool,
+    ) -> usize {
         if let Some(i) = self
             .checks
             .iter()
@@ -152,6 +173,7 @@ impl Plan {
         self.checks.push(Check {
             key: key.to_vec(),
             rate,
+            rule: rule.cloned(),
             cost,
             shadow,
         });
@@ -188,12 +210,21 @@ fn resolve(
             burst: None,
             capacity: u64::from(o.requests_per_unit),
         };
+        // Named `override` in metrics and records whatever the descriptor: a caller's values
+        // must not become label values.
+        let rule = match rate.requests_per_unit {
+            0 => None,
+            _ => Some(Arc::new(rate.rule("override", false).map_err(|e| {
+                Status::invalid_argument(format!("descriptors[{i}].limit: {e}"))
+            })?)),
+        };
         let limit = Arc::new(Limit {
             label: "override".into(),
             name: None,
             replaces: Vec::new(),
             rate: Some(rate),
             shadow: false,
+            rule,
         });
         let path = tree::entries_path(&d.entries);
         let key = tree::store_key(&config.domain, &path, "override");

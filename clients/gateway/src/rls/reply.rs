@@ -72,8 +72,10 @@ pub(crate) fn answer(
                     retry_ms: None,
                     source: Source::Open,
                 });
-                if let Some(outcome) = outcome(limit.shadow, &v, refused) {
-                    record(&limit.label, outcome);
+                // The engine counted what it decided; a limit no request can pass was decided
+                // here.
+                if v.source == Source::Here && !limit.shadow {
+                    record(&limit.label, Outcome::Refuse);
                 }
                 // A shadow limit over its threshold says OK, with nothing remaining.
                 let remaining = if v.over { 0 } else { v.remaining.unwrap_or(0) };
@@ -112,22 +114,6 @@ pub(crate) fn answer(
     }
 }
 
-/// The decision counted for one descriptor. An enforcing limit that would have admitted a
-/// request refused by another spent nothing: it is not counted.
-fn outcome(shadow: bool, v: &Verdict, refused: bool) -> Option<Outcome> {
-    Some(match (shadow, v.over, v.source) {
-        (_, _, Source::Open) if shadow => return None,
-        (_, _, Source::Open) => Outcome::OpenAdmit,
-        (true, true, _) => Outcome::ShadowRefuse,
-        (true, false, _) => Outcome::Admit,
-        (false, true, Source::Fallback) => Outcome::FallbackRefuse,
-        (false, true, _) => Outcome::Refuse,
-        (false, false, _) if refused => return None,
-        (false, false, Source::Fallback) => Outcome::FallbackAdmit,
-        (false, false, _) => Outcome::Admit,
-    })
-}
-
 fn header(limit: &Limit, rate: &Rate, v: &Verdict) -> (HeaderRule, HeaderOutcome) {
     (
         HeaderRule {
@@ -143,25 +129,4 @@ fn header(limit: &Limit, rate: &Rate, v: &Verdict) -> (HeaderRule, HeaderOutcome
             retry_after_ms: if v.over { v.retry_ms } else { None },
         },
     )
-}
-
-/// Counts a request answered with a gRPC error instead: `UNAVAILABLE` under
-/// `on_store_error: deny`, `INTERNAL` when the module refused the call.
-pub(crate) fn failed(config: &Config, plan: &Plan, unavailable: bool, metrics: &Metrics) {
-    let outcome = if unavailable {
-        Outcome::UnavailableDeny
-    } else {
-        Outcome::Error
-    };
-    for item in &plan.items {
-        if let Item::Limited { limit, .. } = item {
-            if !limit.shadow {
-                metrics.record(Event::Decision {
-                    route: &config.route,
-                    rule: &limit.label,
-                    outcome,
-                });
-            }
-        }
-    }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use redis_rl_client::engine::policy::RuleSpec;
 use redis_rl_client::Algo;
 
 /// How a descriptor of the file matches a request entry with the same key.
@@ -94,6 +95,8 @@ pub(crate) struct Limit {
     /// `None` when `unlimited`.
     pub rate: Option<Rate>,
     pub shadow: bool,
+    /// The engine's rule for `rate` (none when unlimited, or when no request can pass).
+    pub rule: Option<Arc<RuleSpec>>,
 }
 
 /// A limit of `requests_per_unit` per `period` (`unit` x `unit_multiplier`), enforced by `algo`.
@@ -109,6 +112,19 @@ pub(crate) struct Rate {
 }
 
 impl Rate {
+    /// The engine's rule for this rate, named `label`.
+    pub fn rule(&self, label: &str, shadow: bool) -> Result<RuleSpec, String> {
+        RuleSpec::rate(
+            label,
+            self.algo,
+            u64::from(self.requests_per_unit),
+            self.period,
+            self.burst,
+            None,
+            shadow,
+        )
+    }
+
     /// A request of `cost` this rate can never admit: `requests_per_unit: 0`, or a cost above
     /// the capacity (the module would refuse such a call as an error).
     pub fn never_fits(&self, cost: u64) -> bool {

@@ -94,7 +94,11 @@ impl Verdict {
 
 impl<C: RlConnection + 'static> Rls<C> {
     /// One verdict per check of `plan`; `Err` is the gRPC status to answer instead.
-    pub(crate) async fn decide(&self, config: &Config, plan: &Plan) -> Result<Vec<Verdict>, Status> {
+    pub(crate) async fn decide(
+        &self,
+        config: &Config,
+        plan: &Plan,
+    ) -> Result<Vec<Verdict>, Status> {
         let never = |c: &Check| c.rule.is_none() || c.rate.never_fits(c.cost);
         let refused_here = plan.checks.iter().any(|c| !c.shadow && never(c));
         let mut out: Vec<Verdict> = plan
@@ -164,7 +168,10 @@ impl<C: RlConnection + 'static> Rls<C> {
         let mut asked = Vec::new();
         let mut checks = Vec::new();
         for (i, (c, v)) in plan.checks.iter().zip(out.iter()).enumerate() {
-            let Some(rule) = c.rule.as_ref().filter(|_| v.source == Source::Open && !c.shadow)
+            let Some(rule) = c
+                .rule
+                .as_ref()
+                .filter(|_| v.source == Source::Open && !c.shadow)
             else {
                 continue;
             };

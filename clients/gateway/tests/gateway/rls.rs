@@ -107,6 +107,59 @@ async fn hits_addend_is_the_cost_and_zero_means_one() {
 }
 
 #[tokio::test]
+async fn a_descriptor_hits_addend_of_zero_only_asks() {
+    let (_server, mut s) = shop().await;
+    let t: &[(&str, &str)] = &[("tenant", "atlas")];
+    let asking = |s: &str| {
+        let mut r = request(s, &[t], 1);
+        if let Some(d) = r.descriptors.first_mut() {
+            d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+        }
+        r
+    };
+    // Asked, nothing spent: the tenant holds its 10 however often it is asked.
+    for _ in 0..3 {
+        assert_eq!(codes(&s.ok(asking("shop")).await), [(Code::Ok, 10)]);
+    }
+    assert_eq!(
+        codes(&s.ok(request("shop", &[t], 10)).await),
+        [(Code::Ok, 0)]
+    );
+    // Spent to the limit: asking says over, as a request of one unit would be.
+    let r = s.ok(asking("shop")).await;
+    assert_eq!(
+        (overall(&r), codes(&r)),
+        (Code::OverLimit, vec![(Code::OverLimit, 0)])
+    );
+}
+
+#[tokio::test]
+async fn a_descriptor_value_over_256_bytes_is_an_invalid_argument() {
+    let (server, mut s) = shop().await;
+    let long = "a".repeat(257);
+    let t: &[(&str, &str)] = &[("tenant", &long)];
+    let e = s.ask(request("shop", &[t], 1)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("descriptors[0].entries[0].value"),
+        "{e:?}"
+    );
+    // Nothing reached the store: no key was written for it.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+    // 256 bytes is an identity like any other.
+    let fits = "a".repeat(256);
+    let t: &[(&str, &str)] = &[("tenant", &fits)];
+    assert_eq!(
+        codes(&s.ok(request("shop", &[t], 1)).await),
+        [(Code::Ok, 9)]
+    );
+}
+
+#[tokio::test]
 async fn a_refusal_spends_on_no_descriptor() {
     let (_server, mut s) = shop().await;
     let t: &[(&str, &str)] = &[("tenant", "atlas")];

@@ -165,6 +165,34 @@ async fn a_store_that_stops_answering_is_cut_by_the_deadline() {
 }
 
 #[tokio::test]
+async fn with_the_store_stalled_the_breaker_stops_calling_it() {
+    let server = Server::start();
+    let rl = store(server.port).await;
+    let mut s = serve(&limits("deny"), rl).await;
+    assert_eq!(
+        codes(&s.ok(request("api", &[USER], 1)).await),
+        [(Code::Ok, 1)]
+    );
+    let frozen = Frozen::freeze(&server);
+    // Five calls (the breaker's failures) wait out the deadline; then the breaker is open and
+    // the posture answers without a call: no request waits on a store that is not answering.
+    for _ in 0..25 {
+        let e = s.ask(request("api", &[USER], 1)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    }
+    let text = s.metrics.render();
+    let timeouts = r#"rl_gateway_store_call_duration_seconds_count{result="timeout"} 5"#;
+    assert!(text.contains(timeouts), "{text}");
+    assert!(
+        text.contains(r#"rl_gateway_breaker_state{state="open"} 1"#),
+        "{text}"
+    );
+    let denied = r#"rule="user",outcome="unavailable_deny"} 25"#;
+    assert!(text.contains(denied), "{text}");
+    drop(frozen);
+}
+
+#[tokio::test]
 async fn a_store_killed_and_started_again() {
     let mut server = Server::start();
     let rl = store(server.port).await;

@@ -26,6 +26,18 @@ pub struct Service<C: RlConnection + 'static> {
 }
 
 /// Serves `yaml` on 127.0.0.1 in front of `rl`, one server.
+/// These tests pin what is decided, not how fast: on a loaded machine a store call of the
+/// default 10 ms deadline may be cut, or its timer fire late enough that the gateway sheds the
+/// request as its own overload. A configuration that does not set `store_timeout` gets 1 s;
+/// the tests of the deadline set theirs.
+pub fn generous(yaml: &str) -> String {
+    if yaml.contains("store_timeout:") {
+        yaml.to_string()
+    } else {
+        format!("store_timeout: 1s\n{}", yaml.trim_start_matches('\n'))
+    }
+}
+
 pub async fn serve<C: RlConnection + 'static>(yaml: &str, rl: Rl<C>) -> Service<C> {
     serve_on(yaml, rl, false).await
 }
@@ -38,7 +50,7 @@ pub async fn serve_on<C: RlConnection + 'static>(
 ) -> Service<C> {
     let metrics = Arc::new(Metrics::default());
     let rls = Rls::new(
-        Config::parse(yaml).unwrap(),
+        Config::parse(&generous(yaml)).unwrap(),
         rl,
         Arc::clone(&metrics),
         cluster,

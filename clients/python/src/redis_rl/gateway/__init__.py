@@ -7,7 +7,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
         "redis_rl.gateway needs the native engine: pip install 'redis-rl[gateway]' "
-        "(from the repository: pip install ./clients/python/engine './clients/python[gateway]')"
+        "(from the repository, with Rust: pip install './clients/python[gateway]')"
     ) from exc
 
 from redis_rl_engine import InvalidPolicy, StalePolicy

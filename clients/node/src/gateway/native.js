@@ -1,11 +1,12 @@
 // The gateway's engine is the Rust crate clients/engine, as a napi-rs addon. It is loaded on
 // first use, by the gateway only: the typed clients, RLStore and RateLimiterRL work without it.
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { PACKAGE_ROOT } from '../client.js';
 
 // napi-rs's platform names: the suffix of the built file and of the prebuilt package.
-function platform() {
+export function platform() {
   const { platform: os, arch } = process;
   if (os === 'linux') {
     const musl = !process.report?.getReport?.().header?.glibcVersionRuntime;
@@ -13,6 +14,13 @@ function platform() {
   }
   if (os === 'win32') return `win32-${arch}-msvc`;
   return `${os}-${arch}`;
+}
+
+// What builds the addon where no prebuilt package fits: a repository checkout has its source.
+function fromSource() {
+  return existsSync(join(PACKAGE_ROOT, 'native', 'Cargo.toml'))
+    ? `build it with Rust (https://rustup.rs): npm run build:native in ${PACKAGE_ROOT}`
+    : 'install redis-rl from its repository with Rust (npm install <repository>/clients/node), which builds it';
 }
 
 let addon = null;
@@ -33,5 +41,5 @@ export function engine() {
     }
   }
   throw new Error(`redis-rl: the gateway's native engine is not installed for ${name} (tried ${tried.join('; ')}); `
-    + 'build it from the repository with Rust (npm run build:native) or install the prebuilt redis-rl-' + name);
+    + `install the prebuilt package (npm install redis-rl-${name}), or ${fromSource()}`);
 }

@@ -27,8 +27,16 @@ export async function run(command, args, options = {}) {
 
 const scratch = new Set();
 const children = new Set();
+// Each process leads a group of its own, killed whole: a script's installer with it.
+function kill(child) {
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
 process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
+  for (const child of children) kill(child);
   for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -39,10 +47,10 @@ export function tempDir(prefix) {
   return dir;
 }
 
-// A process killed when the test file ends; `lines` collects what it prints on stdout and
+// A process killed when the test file ends; `output.text` collects what it prints on stdout and
 // stderr, `waitFor(re, ms)` resolves with the first line that matches.
 export function start(command, args, options = {}) {
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], ...options });
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true, ...options });
   children.add(child);
   child.on('exit', () => children.delete(child));
   const output = { text: '' };
@@ -76,7 +84,7 @@ export function start(command, args, options = {}) {
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGKILL');
+      kill(child);
       await exited;
     },
   };

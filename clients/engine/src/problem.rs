@@ -4,6 +4,8 @@
 
 use serde_json::json;
 
+use crate::policy::PathError;
+
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
 /// The problem type the RateLimit headers draft registers for an exceeded quota.
@@ -106,6 +108,28 @@ pub fn above_root() -> Problem {
             "detail": "The request path climbs above the root ('..').",
         })
         .to_string(),
+    }
+}
+
+/// 400: a path segment with an encoded `/`, `\` or NUL, which backends read in different ways.
+pub fn encoded_separator() -> Problem {
+    Problem {
+        status: 400,
+        body: json!({
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "detail": "A path segment holds an encoded '/', '\\' or NUL (%2F, %5C, %00), which servers do not agree on.",
+        })
+        .to_string(),
+    }
+}
+
+/// 400: a path the engine will not match to a route.
+pub fn bad_path(error: PathError) -> Problem {
+    match error {
+        PathError::AboveRoot => above_root(),
+        PathError::EncodedSeparator => encoded_separator(),
     }
 }
 

@@ -325,7 +325,7 @@ impl Engine {
                 self.shared.metrics.record(Event::Unmatched);
                 Verdict::unmatched(policy.version)
             }
-            Routed::AboveRoot => Verdict::above_root(policy.version),
+            Routed::BadPath(error) => Verdict::bad_path(policy.version, error),
         };
         match self.shared.seal(Step::Done(verdict), now) {
             Step::Done(verdict) => verdict,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Call;
 use crate::metrics::Outcome;
-use crate::policy::DEFAULT_NAME;
+use crate::policy::{PathError, DEFAULT_NAME};
 use crate::problem::{self, Problem};
 
 /// The three outcomes of `clients/CONTRACT.md` section 1, never mixed; and the fourth answer,
@@ -150,10 +150,11 @@ impl Verdict {
         )
     }
 
-    /// 400: a path that climbs above the root (`/../x`) names no resource; matching it to a
-    /// route would let `..` pick which route's rules apply.
-    pub(crate) fn above_root(policy_version: u64) -> Verdict {
-        Verdict::reject(policy_version, None, 400, problem::above_root())
+    /// 400: a path that climbs above the root (`/../x`) names no resource, and one with an
+    /// encoded separator in a segment names a different one to different backends; matching
+    /// either to a route would let the caller pick which route's rules apply.
+    pub(crate) fn bad_path(policy_version: u64, error: PathError) -> Verdict {
+        Verdict::reject(policy_version, None, 400, problem::bad_path(error))
     }
 
     /// Keyed checks under a route the policy does not have: the face's bug, a 500 (each check

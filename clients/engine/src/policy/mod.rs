@@ -15,7 +15,9 @@ mod validate_route;
 pub use validate_route::DEFAULT_NAME;
 
 pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
-pub use routes::{decode_unreserved, Methods, NormalPath, PathTemplate, Router, MAX_SEGMENTS};
+pub use routes::{
+    decode_unreserved, Methods, NormalPath, PathError, PathTemplate, Router, MAX_SEGMENTS,
+};
 pub use template::{KeyTemplate, RequestIdentity, Var, ANONYMOUS};
 use validate::RawPolicy;
 
@@ -416,13 +418,14 @@ impl Policy {
 
     /// The route for a request, matched the way the backend routes, so that no variant of a
     /// request skips its route's rules: the method without case; the path without its query,
-    /// dot segments and repeated slashes, exactly (without case when `case_sensitive` is false
-    /// or the framework routes so, `any_case`), a trailing slash ignored unless
-    /// `strict_slash`; and a `HEAD` no route names is decided as the `GET` the framework runs
-    /// for it.
+    /// matrix parameters, dot segments and repeated slashes, exactly (without case when
+    /// `case_sensitive` is false or the framework routes so, `any_case`), a trailing slash
+    /// ignored unless `strict_slash`; and a `HEAD` no route names is decided as the `GET` the
+    /// framework runs for it.
     pub fn route<'p, 'r>(&'p self, method: &str, path: &'r str, any_case: bool) -> Routed<'p, 'r> {
-        let Some(path) = NormalPath::of(path) else {
-            return Routed::AboveRoot;
+        let path = match NormalPath::of(path) {
+            Ok(path) => path,
+            Err(error) => return Routed::BadPath(error),
         };
         let found = self.router.find(method, &path, any_case).or_else(|| {
             method
@@ -457,8 +460,9 @@ pub enum Routed<'p, 'r> {
     },
     /// No route matches and the default has no rules: the request passes.
     Unmatched,
-    /// The path climbs above the root (`/..`): answered 400.
-    AboveRoot,
+    /// The path climbs above the root (`/..`) or has an encoded separator in a segment:
+    /// answered 400.
+    BadPath(PathError),
 }
 
 impl Routed<'_, '_> {

@@ -2,9 +2,9 @@
 //! matches a request to the most specific route.
 //!
 //! A template is a list of segments: a literal, a `{name}` capture of one non-empty segment, or
-//! a final `*` that takes whatever remains. A request's path is normalized first (dot segments
-//! and repeated slashes removed), so `/static/../login` and `//login` are `/login` and cannot
-//! skip `/login`'s rules. The tree is searched from the left, a literal before a capture before
+//! a final `*` that takes whatever remains. A request's path is normalized first (matrix
+//! parameters, dot segments and repeated slashes removed), so `/static/../login`, `//login` and
+//! `/login;x=1` are `/login` and cannot skip `/login`'s rules. The tree is searched from the left, a literal before a capture before
 //! `*`: the first route found is the most specific one, and each node is visited at most once.
 
 use std::borrow::Cow;
@@ -219,30 +219,48 @@ pub fn decode_unreserved(path: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A request path without its query, dot segments and empty segments; `None` when it climbs
-/// above the root (`/..`), which is answered 400.
+/// Why a request's path is answered 400 before any route is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// It climbs above the root (`/..`, `/..;x`).
+    AboveRoot,
+    /// A segment holds an encoded `/`, `\` or NUL (`%2F`, `%5C`, `%00`): backends disagree on
+    /// whether it separates segments (or ends the path), so no one route can be said to be its.
+    EncodedSeparator,
+}
+
+/// A request path without its query, matrix parameters, dot segments and empty segments.
 pub struct NormalPath<'a> {
     pub segments: Vec<&'a str>,
     pub trailing: bool,
 }
 
 impl<'a> NormalPath<'a> {
-    pub fn of(path: &'a str) -> Option<NormalPath<'a>> {
+    /// Each segment loses its matrix parameters (what follows its first `;`), as Tomcat, Jetty
+    /// and Spring route: `/login;x=1` is `/login`, and `..;x` climbs as `..` does, so
+    /// `/login/..;/login` is `/login` too. An encoded separator is looked for in what remains
+    /// of each segment, in any case, so this holds for a path [`decode_unreserved`] has not
+    /// seen as well.
+    pub fn of(path: &'a str) -> Result<NormalPath<'a>, PathError> {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let mut segments: Vec<&str> = Vec::new();
         let mut trailing = false;
         for piece in path.split('/') {
+            let piece = piece.split(';').next().unwrap_or_default();
+            if encoded_separator(piece) {
+                return Err(PathError::EncodedSeparator);
+            }
             trailing = matches!(piece, "" | "." | "..");
             match piece {
                 "" | "." => {}
                 ".." => {
-                    segments.pop()?;
+                    segments.pop().ok_or(PathError::AboveRoot)?;
                 }
                 _ => segments.push(piece),
             }
         }
         let trailing = trailing && !segments.is_empty();
-        Some(NormalPath { segments, trailing })
+        Ok(NormalPath { segments, trailing })
     }
 
     /// The path as matched: what a proxy forwards.
@@ -257,6 +275,16 @@ impl<'a> NormalPath<'a> {
         }
         out
     }
+}
+
+/// Whether a segment holds `%2F`, `%5C` or `%00`, in any case.
+fn encoded_separator(segment: &str) -> bool {
+    segment.as_bytes().windows(3).any(|w| match w {
+        [b'%', b'2', c] => c.eq_ignore_ascii_case(&b'f'),
+        [b'%', b'5', c] => c.eq_ignore_ascii_case(&b'c'),
+        [b'%', b'0', b'0'] => true,
+        _ => false,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -499,8 +527,8 @@ mod tests {
         ] {
             assert_eq!(find(&r, "GET", path), Some(0), "{path}");
         }
-        assert!(NormalPath::of("/../login").is_none());
-        assert!(NormalPath::of("/a/../../login").is_none());
+        assert!(NormalPath::of("/../login").is_err());
+        assert!(NormalPath::of("/a/../../login").is_err());
         assert_eq!(NormalPath::of("/a/b/..").unwrap().text(), "/a/");
         assert_eq!(NormalPath::of("").unwrap().text(), "/");
     }

@@ -73,8 +73,8 @@ impl Pending {
                 let verdict = crate::engine::Verdict::unmatched(policy.version);
                 return (pending, Step::Done(verdict));
             }
-            Routed::AboveRoot => {
-                let verdict = crate::engine::Verdict::above_root(policy.version);
+            Routed::BadPath(error) => {
+                let verdict = crate::engine::Verdict::bad_path(policy.version, error);
                 return (pending, Step::Done(verdict));
             }
         };

@@ -100,11 +100,13 @@ async fn forward(
     request: Request<Body>,
 ) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
-    // The path as the route matched it, so neither `/a/../admin` nor `/%61dmin` can reach what
-    // `/admin`'s rules guard under another name; the layer answered a path above the root.
+    // The path as the route matched it, so neither `/a/../admin`, `/%61dmin` nor
+    // `/admin;x=1` can reach what `/admin`'s rules guard under another name; the layer answered
+    // a path it refused (above the root, an encoded separator).
     let decoded = decode_unreserved(parts.uri.path());
-    let Some(path) = NormalPath::of(&decoded).map(|p| p.text()) else {
-        return problem_response(problem::above_root());
+    let path = match NormalPath::of(&decoded) {
+        Ok(path) => path.text(),
+        Err(error) => return problem_response(problem::bad_path(error)),
     };
     let target = match parts.uri.query() {
         Some(query) => format!("{path}?{query}"),

@@ -180,3 +180,54 @@ async fn a_slow_request_head_is_cut_and_a_huge_one_refused() {
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 431"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn matrix_parameters_are_decided_and_forwarded_as_the_path_they_name() {
+    let (up, seen) = upstream().await;
+    let gw = start(&up, &[]);
+    let client = reqwest::Client::new();
+    let get = |path: &'static str| {
+        client
+            .get(format!("{}{path}", gw.url("proxy")))
+            .header("x-user", "max")
+            .send()
+    };
+    // As Tomcat, Jetty and Spring route them, three spellings of `/orders/1` share its limit;
+    // the upstream sees the path that was decided, with the query.
+    assert_eq!(get("/orders;v=1/1?page=2").await.unwrap().status(), 200);
+    assert_eq!(
+        get("/orders/x/..;/1;jsessionid=a").await.unwrap().status(),
+        200
+    );
+    assert_eq!(get("/orders/1;x").await.unwrap().status(), 429);
+    let uris: Vec<String> = seen.lock().unwrap().iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(uris, ["/orders/1?page=2", "/orders/1"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encoded_separator_in_a_segment_is_400_and_never_forwarded() {
+    let (up, seen) = upstream().await;
+    let gw = start(&up, &[]);
+    for path in [
+        "/orders%2F1",
+        "/orders/1%2f..%2f..%2fexport",
+        "/orders%5C1",
+        "/orders/%00",
+    ] {
+        let r = reqwest::Client::new()
+            .get(format!("{}{path}", gw.url("proxy")))
+            .header("x-user", "max")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            body["detail"],
+            "A path segment holds an encoded '/', '\\' or NUL (%2F, %5C, %00), which servers do \
+             not agree on.",
+            "{path}"
+        );
+    }
+    assert!(seen.lock().unwrap().is_empty());
+}

@@ -1,19 +1,27 @@
 //! Forward auth (`--auth`): each request describes another, for nginx `auth_request`, Caddy
 //! `forward_auth` and Traefik `ForwardAuth`. The method comes from `X-Forwarded-Method` or
 //! `X-Original-Method`, the URI from `X-Forwarded-Uri` or `X-Original-URI`, the caller from the
-//! peer and `X-Forwarded-For` as the policy's `trusted_proxies` allow. The answer is `200` with
-//! the `RateLimit` headers, the refusal (`429`, or `--auth-deny-status 403` for nginx, which
-//! turns every other status into a 500) with `Retry-After` and the problem body, or the posture.
+//! peer and `X-Forwarded-For` as the policy's `trusted_proxies` allow: the proxy in front must
+//! set (or clear) each of them, as the shipped examples do, or its callers describe their own
+//! requests. The answer is `200` with the `RateLimit` headers, the refusal (`429`) with
+//! `Retry-After` and the problem body, or the posture.
+//!
+//! nginx turns every status of the auth request but 2xx, 401 and 403 into a 500, so with
+//! `--auth-deny-status 403` (nginx's mode) a refusal is `403` and a request refused as sent
+//! (`400`, `414`, `431`: the caller's doing, not the limiter's) is `401`, which the shipped
+//! `nginx.conf` answers with a `400`.
 //!
 //! This face never sees the described request's response, so semaphore and `settle` rules,
 //! which need its end, cannot be enforced here: a policy that gives one to a route is refused.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::Router;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use redis_rl_client::engine::policy::{Policy, RuleKind};
 use redis_rl_client::gateway::layer::answer;
 use redis_rl_client::gateway::RequestParts;
@@ -77,11 +85,43 @@ pub fn router<C: RlConnection + 'static>(gateway: Arc<Gateway<C>>, deny: DenySta
         .with_state(Arc::new(Auth { gateway, deny }))
 }
 
-fn first<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+/// The first of `names` the request has with a value: an empty one (which no proxy sends for a
+/// request it received) gives way to the next.
+fn first<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a [u8]> {
     names
         .iter()
-        .find_map(|name| headers.get(*name)?.to_str().ok())
-        .filter(|v| !v.is_empty())
+        .filter_map(|name| headers.get(*name))
+        .map(HeaderValue::as_bytes)
+        .find(|v| !v.is_empty())
+}
+
+/// The described URI's path, in the form every face matches: a byte outside visible ASCII
+/// (raw UTF-8 or invalid bytes, which a proxy passes on as the caller sent them) written as the
+/// `%XX` escape a client should have sent, so any URI is decided and none is a 400; without
+/// its query or fragment; `/` for a URI with no path (`*`, or an empty header).
+fn described_path(uri: &[u8]) -> Cow<'_, str> {
+    let end = uri
+        .iter()
+        .position(|b| matches!(b, b'?' | b'#'))
+        .unwrap_or(uri.len());
+    let path = uri.get(..end).unwrap_or_default();
+    if path.first() != Some(&b'/') {
+        return Cow::Borrowed("/");
+    }
+    if path.iter().all(u8::is_ascii_graphic) {
+        if let Ok(text) = std::str::from_utf8(path) {
+            return Cow::Borrowed(text);
+        }
+    }
+    let mut text = String::with_capacity(path.len().saturating_mul(3));
+    for &b in path {
+        if b.is_ascii_graphic() {
+            text.push(char::from(b));
+        } else {
+            let _ = write!(text, "%{b:02X}");
+        }
+    }
+    Cow::Owned(text)
 }
 
 async fn decide<C: RlConnection + 'static>(
@@ -90,20 +130,18 @@ async fn decide<C: RlConnection + 'static>(
     request: Request<Body>,
 ) -> Response<Body> {
     let headers = request.headers();
-    let (Some(method), Some(uri)) = (
-        first(headers, &METHOD_HEADERS),
-        first(headers, &URI_HEADERS),
-    ) else {
-        return problem_response(problem::undescribed_request());
+    let method = first(headers, &METHOD_HEADERS).and_then(|m| std::str::from_utf8(m).ok());
+    // A URI header present but empty is `/`; none at all describes nothing.
+    let described = URI_HEADERS.iter().any(|name| headers.contains_key(*name));
+    let (Some(method), true) = (method, described) else {
+        return auth.for_proxy(problem_response(problem::undescribed_request()));
     };
-    // The URI as the proxy received it: its path decides the route; the query is no part of it.
-    let path = uri.split(['?', '#']).next().unwrap_or_default();
-    let path = if path.starts_with('/') { path } else { "/" };
+    let path = described_path(first(headers, &URI_HEADERS).unwrap_or_default());
     let (verdict, leases) = auth
         .gateway
         .decide(&RequestParts {
             method,
-            path,
+            path: &path,
             headers,
             peer: Some(peer.ip()),
             caller: None,
@@ -122,5 +160,20 @@ async fn decide<C: RlConnection + 'static>(
         Some(429) => *response.status_mut() = auth.deny.0,
         Some(_) => {}
     }
-    response
+    auth.for_proxy(response)
+}
+
+impl<C: RlConnection + 'static> Auth<C> {
+    /// In nginx's mode, a request refused as sent (a 4xx other than the refusal) is a 401, the
+    /// one status left that nginx passes on as the caller's: the problem body stays as it is.
+    fn for_proxy(&self, mut response: Response<Body>) -> Response<Body> {
+        let status = response.status();
+        if self.deny.0 == StatusCode::FORBIDDEN
+            && status.is_client_error()
+            && status != StatusCode::FORBIDDEN
+        {
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+        }
+        response
+    }
 }

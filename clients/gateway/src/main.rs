@@ -119,7 +119,8 @@ struct Serve {
     /// Forward auth (nginx auth_request, Caddy forward_auth, Traefik ForwardAuth).
     #[arg(long, value_name = "ADDR")]
     auth: Option<SocketAddr>,
-    /// Forward auth: the status of a refusal (429, or 403 for nginx).
+    /// Forward auth: the status of a refusal (429, or 403 for nginx, where a request refused as
+    /// sent is then a 401).
     #[arg(long, value_name = "STATUS", default_value = "429", value_parser = DenyStatus::parse)]
     auth_deny_status: DenyStatus,
     /// Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3).

@@ -124,3 +124,57 @@ fn a_policy_with_a_semaphore_or_settle_rule_on_a_route_is_refused_naming_the_rou
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_uri_the_face_cannot_read_as_text_is_decided_never_a_400() {
+    let gw = start(&[]);
+    let ask_raw = |method: &'static str, uri: &'static [u8], original: Option<&'static str>| {
+        let mut request = reqwest::Client::new()
+            .get(format!("{}/auth", gw.url("auth")))
+            .header("x-forwarded-method", method)
+            .header(
+                "x-forwarded-uri",
+                reqwest::header::HeaderValue::from_bytes(uri).unwrap(),
+            )
+            .header("x-user", String::from_utf8_lossy(uri).into_owned());
+        if let Some(original) = original {
+            request = request.header("x-original-uri", original);
+        }
+        request.send()
+    };
+    // Raw UTF-8 and invalid bytes reach their route, whose fields come back.
+    for uri in [&b"/orders/caf\xc3\xa9"[..], b"/orders/\xff\xfe?q=\x80"] {
+        let r = ask_raw("GET", uri, None).await.unwrap();
+        assert_eq!(r.status(), 200, "{}", String::from_utf8_lossy(uri));
+        assert_eq!(r.headers()["ratelimit-policy"], "\"user\";q=1;w=60");
+    }
+    // An empty URI gives way to the next header, else it is `/` (no rules there).
+    assert_eq!(
+        ask_raw("POST", b"", Some("/login")).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        ask_raw("POST", b"", Some("/login")).await.unwrap().status(),
+        429
+    );
+    assert_eq!(ask_raw("POST", b"", None).await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_nginx_mode_a_request_refused_as_sent_is_401_never_a_status_nginx_makes_a_500() {
+    let nginx = start(&["--auth-deny-status", "403"]);
+    let plain = start(&[]);
+    let long = "a".repeat(300);
+    for (gw, want) in [(&nginx, [401, 401, 401]), (&plain, [431, 400, 400])] {
+        let too_long = ask(gw, "GET", "/orders/7", &[("x-user", &long)]).await;
+        let separator = ask(gw, "GET", "/orders%2F7", &[("x-user", "ann")]).await;
+        let nothing = reqwest::get(format!("{}/auth", gw.url("auth")))
+            .await
+            .unwrap();
+        let got = [too_long.status(), separator.status(), nothing.status()];
+        assert_eq!(got, want);
+        // The problem body is the engine's, whatever the status nginx is given.
+        let body: serde_json::Value = too_long.json().await.unwrap();
+        assert_eq!(body["status"], 431);
+    }
+}

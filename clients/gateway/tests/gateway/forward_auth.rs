@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::{closed_port, policy_file, upstream, Gateway};
@@ -21,7 +22,7 @@ fn policy() -> serde_json::Value {
 
 /// A server process of the test, stopped when dropped: with SIGTERM, which nginx's master
 /// passes on to its workers (a SIGKILL would leave them running), then SIGKILL if it lingers.
-struct Proxy(Child);
+pub(crate) struct Proxy(Child);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
@@ -52,8 +53,11 @@ fn with_ports(text: &str, listen: u16, auth: u16, api: u16) -> String {
         .replace("127.0.0.1:9000", &format!("127.0.0.1:{api}"))
 }
 
+/// A directory of its own for one proxy (tests run side by side in one process).
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rl-gateway-{name}-{}", std::process::id()));
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rl-gateway-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -75,7 +79,7 @@ async fn wait_listening(port: u16, child: &mut Child) {
     }
 }
 
-fn nginx(dir: &Path, site: &str) -> Child {
+pub(crate) fn nginx(dir: &Path, site: &str) -> Child {
     std::fs::write(dir.join("site.conf"), site).unwrap();
     let d = dir.display();
     let conf = format!(
@@ -99,7 +103,7 @@ fn nginx(dir: &Path, site: &str) -> Child {
         .unwrap()
 }
 
-fn caddy(dir: &Path, caddyfile: &str) -> Child {
+pub(crate) fn caddy(dir: &Path, caddyfile: &str) -> Child {
     let file = dir.join("Caddyfile");
     std::fs::write(&file, caddyfile).unwrap();
     Command::new("caddy")
@@ -137,16 +141,17 @@ async fn admits_twice_then_refuses(url: &str) -> reqwest::Response {
     refused
 }
 
-/// rl-gateway's auth face on memory://, then the proxy `start` makes of the example `name`
-/// (its ports replaced) in front of an upstream: the proxy's URL for one route, what the
+/// rl-gateway's auth face on memory:// deciding by `policy`, then the proxy `start` makes of
+/// the example `name` (its ports replaced) in front of an upstream: the proxy's port, what the
 /// upstream saw, and what must live as long as the test.
-async fn behind(
+pub(crate) async fn behind(
     name: &str,
+    policy: &serde_json::Value,
     deny: &[&str],
     start: fn(&Path, &str) -> Child,
-) -> (String, Seen, Gateway, Proxy) {
+) -> (u16, Seen, Gateway, Proxy) {
     let (api, seen) = upstream().await;
-    let file = policy_file(&policy());
+    let file = policy_file(policy);
     let mut args = vec!["--policy", file.to_str().unwrap(), "--store", "memory://"];
     args.extend_from_slice(&["--auth", "127.0.0.1:0"]);
     args.extend_from_slice(deny);
@@ -160,15 +165,16 @@ async fn behind(
     );
     let mut child = start(&scratch(name), &config);
     wait_listening(listen, &mut child).await;
-    let url = format!("http://127.0.0.1:{listen}/orders/7");
-    (url, seen, gw, Proxy(child))
+    (listen, seen, gw, Proxy(child))
 }
 
-type Seen = std::sync::Arc<std::sync::Mutex<Vec<crate::support::Seen>>>;
+pub(crate) type Seen = std::sync::Arc<std::sync::Mutex<Vec<crate::support::Seen>>>;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nginx_auth_request_as_shipped() {
-    let (url, seen, gw, _nginx) = behind("nginx.conf", &["--auth-deny-status", "403"], nginx).await;
+    let deny = ["--auth-deny-status", "403"];
+    let (port, seen, gw, _nginx) = behind("nginx.conf", &policy(), &deny, nginx).await;
+    let url = format!("http://127.0.0.1:{port}/orders/7");
     let refused = admits_twice_then_refuses(&url).await;
     assert_eq!(
         refused.headers()["content-type"],
@@ -185,7 +191,8 @@ async fn nginx_auth_request_as_shipped() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn caddy_forward_auth_as_shipped() {
-    let (url, seen, _gw, _caddy) = behind("Caddyfile", &[], caddy).await;
+    let (port, seen, _gw, _caddy) = behind("Caddyfile", &policy(), &[], caddy).await;
+    let url = format!("http://127.0.0.1:{port}/orders/7");
     let refused = admits_twice_then_refuses(&url).await;
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["violated-policies"], json!(["user"]));

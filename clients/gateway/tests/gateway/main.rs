@@ -11,6 +11,7 @@ mod auth;
 mod envoy_example;
 mod fleet;
 mod forward_auth;
+mod forward_auth_hostile;
 mod lifecycle;
 mod policy_cli;
 mod policy_cmd;

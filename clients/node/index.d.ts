@@ -200,7 +200,7 @@ export class PublishedPolicy {
 }
 export interface GatewayEvent {
   type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode'
-    | 'unknown_plan' | 'unmatched' | 'decision_records_dropped';
+    | 'unknown_plan' | 'unmatched' | 'decision_records_dropped' | 'policy_rejected';
   route?: string; rule?: string; outcome?: string; result?: string; seconds?: number; state?: string; version?: number;
   mode?: string; count?: number;
 }

@@ -4,7 +4,7 @@
 //! application's own metrics library.
 
 use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -13,6 +13,10 @@ use crate::breaker::BreakerState;
 use crate::policy::Policy;
 use crate::time::Instant;
 use crate::wire::Mode;
+
+mod text;
+pub use text::escape;
+use text::{header, seconds, single};
 
 /// How one rule's decision for one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -108,6 +112,9 @@ pub enum Event<'a> {
     Unmatched,
     /// Decision records not written: past the bound of records a second (section 8.7).
     RecordsDropped(u64),
+    /// A published snapshot a follower refused (invalid, past the size bound, or with a
+    /// version field that disagrees with its document): once per distinct document.
+    PolicyRejected,
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -149,6 +156,7 @@ pub struct Metrics {
     records_dropped: AtomicU64,
     // When the snapshot in force was published (Unix µs; 0: not published through a store).
     published_at_us: AtomicU64,
+    policy_rejected: AtomicU64,
     // Whether the policy in force has plans (the unknown-plan counter is shown only then).
     plans: AtomicBool,
     // The rule and expiry of each override of the policy in force, for the gauge of active
@@ -206,6 +214,7 @@ impl Metrics {
             unmatched: AtomicU64::new(0),
             records_dropped: AtomicU64::new(0),
             published_at_us: AtomicU64::new(0),
+            policy_rejected: AtomicU64::new(0),
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
@@ -272,6 +281,9 @@ impl Metrics {
             Event::RecordsDropped(n) => {
                 self.records_dropped.fetch_add(n, Ordering::Relaxed);
             }
+            Event::PolicyRejected => {
+                self.policy_rejected.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if let Some(hook) = &self.hook {
             hook.event(&event);
@@ -283,6 +295,11 @@ impl Metrics {
     pub fn policy_published(&self, at: Instant) {
         self.published_at_us
             .store(at.as_micros(), Ordering::Relaxed);
+    }
+
+    /// A published snapshot the follower refused: counted in `rl_gateway_policy_rejected_total`.
+    pub fn policy_rejected(&self) {
+        self.record(Event::PolicyRejected);
     }
 
     /// Records a newly loaded policy: its version and every route's posture. Routes a reload
@@ -454,6 +471,16 @@ impl Metrics {
                 seconds(now.as_micros().saturating_sub(published)),
             );
         }
+        // Shown by a gateway following a store, from its start: 0 is what an alert compares.
+        let rejected = self.policy_rejected.load(Ordering::Relaxed);
+        if published > 0 || rejected > 0 {
+            single(
+                &mut out,
+                ("rl_gateway_policy_rejected_total", "counter"),
+                "Published snapshots refused, each distinct document once.",
+                rejected,
+            );
+        }
         // Always shown: records are the evidence of a refusal, and their loss must be visible.
         single(
             &mut out,
@@ -554,39 +581,4 @@ impl Metrics {
         }
         out
     }
-}
-
-/// A family of one unlabelled sample: its header, then its value.
-fn single(out: &mut String, (name, kind): (&str, &str), help: &str, value: impl fmt::Display) {
-    header(out, name, kind, help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// A label value as the text format requires: backslash, double quote and newline escaped.
-pub fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Microseconds as decimal seconds without float rounding noise (`2500` → `0.0025`).
-fn seconds(us: u64) -> String {
-    let (whole, frac) = (us / 1_000_000, us % 1_000_000);
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let frac = format!("{frac:06}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
 }

@@ -85,6 +85,7 @@ impl MetricsHook for Queue {
                 e.count = Some(n as f64);
                 "decision_records_dropped"
             }
+            Event::PolicyRejected => "policy_rejected",
         };
         e.r#type = kind.to_string();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);

@@ -352,6 +352,7 @@ impl MetricsHook for PyHook {
             Event::UnknownPlan => ("unknown_plan", Vec::new(), 1.0),
             Event::Unmatched => ("unmatched", Vec::new(), 1.0),
             Event::RecordsDropped(n) => ("decision_records_dropped", Vec::new(), n as f64),
+            Event::PolicyRejected => ("policy_rejected", Vec::new(), 1.0),
         };
         // Events come from calls made by Python (begin, resume, store_mode), so the
         // interpreter is attached already; a hook that raises is reported, never propagated

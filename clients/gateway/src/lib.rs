@@ -4,10 +4,8 @@
 
 pub mod admin;
 pub mod auth;
-pub mod follow;
 pub mod policy_cmd;
 pub mod proxy;
-pub mod published;
 pub mod replay;
 pub mod rls;
 pub mod server;

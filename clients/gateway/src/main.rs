@@ -13,6 +13,7 @@ use http::StatusCode;
 use redis_rl_client::engine::metrics::Metrics;
 use redis_rl_client::engine::policy::{Policy, PolicyError};
 use redis_rl_client::gateway::connect::Store;
+use redis_rl_client::gateway::published::{self, Check, PublishedPolicy};
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, Rl, RlConnection};
 use tokio::net::TcpListener;
@@ -23,10 +24,8 @@ use redis_rl_client::engine::time::format_rfc3339;
 use redis_rl_client::engine::Instant;
 use rl_gateway::admin::{self, Ready, Reload};
 use rl_gateway::auth::{self, DenyStatus};
-use rl_gateway::follow::{self, Check};
 use rl_gateway::policy_cmd;
 use rl_gateway::proxy::{self, Upstream};
-use rl_gateway::published;
 use rl_gateway::rls::{self, Rls};
 use rl_gateway::server::{self, Limits};
 use rl_gateway::store::{MemoryConnection, StoreUrl};
@@ -284,12 +283,15 @@ async fn publish(
     let by = by
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
-    let outcome = match published::Conn::open(store, cluster).await {
-        Ok(mut conn) => published::publish(&mut conn, key, policy.version, &text, &by).await,
+    let outcome = match published::Conn::open(store, cluster, Duration::from_secs(2)).await {
+        Ok(mut conn) => published::publish(&mut conn, key, &text, &by).await,
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(published::Published::Stored { version }) => {
+        Ok(published::Published::Stored { version, replaced }) => {
+            if let Some(why) = replaced {
+                eprintln!("rl-gateway: replaced an entry the gateways refuse at {key}: {why}");
+            }
             println!("published version {version} at {key}");
             ExitCode::SUCCESS
         }
@@ -311,7 +313,7 @@ async fn publish(
 /// Where the policy comes from.
 enum Source {
     File(PathBuf),
-    Store(follow::Source),
+    Store(Box<PublishedPolicy>),
 }
 
 async fn serve(args: Serve) -> Result<(), String> {
@@ -367,17 +369,18 @@ fn source_of(policy: &str, store: &StoreUrl, args: &Serve) -> Result<Source, Str
     let StoreUrl::Redis(url) = store else {
         return Err("--policy store:KEY reads the policy from Redis: give --store redis://".into());
     };
-    Ok(Source::Store(follow::Source {
-        url: url.clone(),
-        cluster: args.cluster,
-        key: if key.is_empty() {
-            published::DEFAULT_KEY.into()
+    let mut followed = PublishedPolicy::new(url.clone())
+        .cluster(args.cluster)
+        .key(if key.is_empty() {
+            published::DEFAULT_KEY
         } else {
-            key.into()
-        },
-        cache: args.policy_cache.clone(),
-        poll: args.policy_poll,
-    }))
+            key
+        })
+        .poll(args.policy_poll);
+    if let Some(cache) = &args.policy_cache {
+        followed = followed.cache(cache.clone());
+    }
+    Ok(Source::Store(Box::new(followed)))
 }
 
 /// Ready while the store answers a `PING` within a quarter of a second.
@@ -502,16 +505,18 @@ async fn http_gateway<C: RlConnection + 'static>(
             Ok(())
         }
     });
-    let (policies, published_at) = match &source {
+    let (policies, source) = match source {
         Source::File(file) => (
-            PolicyStore::load_file(file).map_err(|e| e.to_string())?,
-            None,
+            PolicyStore::load_file(&file).map_err(|e| e.to_string())?,
+            Source::File(file),
         ),
-        Source::Store(source) => {
-            let loaded = follow::initial(source).await?;
+        Source::Store(followed) => {
+            // A snapshot a face cannot enforce is refused like an invalid one.
+            let followed = (*followed).check(Arc::clone(&check));
+            let policy = followed.load().await?;
             (
-                PolicyStore::snapshot(loaded.policy),
-                Some(loaded.published_at),
+                PolicyStore::snapshot(policy),
+                Source::Store(Box::new(followed)),
             )
         }
     };
@@ -521,18 +526,12 @@ async fn http_gateway<C: RlConnection + 'static>(
         gateway = gateway.with_legacy_headers();
     }
     let gateway = Arc::new(gateway);
-    if let Some(at) = published_at {
-        metrics.policy_published(at);
-    }
     let reload = match source {
         Source::File(file) => file_reloader(Arc::clone(&gateway), file, Arc::clone(&check)),
-        Source::Store(source) => {
-            tokio::spawn(follow::follow(
-                Arc::clone(&gateway),
-                source.clone(),
-                Arc::clone(&check),
-            ));
-            store_reloader(Arc::clone(&gateway), source, Arc::clone(&check))
+        Source::Store(followed) => {
+            let followed = Arc::new(*followed);
+            followed.follow(Arc::clone(&gateway));
+            store_reloader(Arc::clone(&gateway), followed)
         }
     };
     Ok((gateway, reload))
@@ -609,23 +608,23 @@ fn file_reloader<C: RlConnection + 'static>(
 /// Reads the store's snapshot now (as a notice would make it): the version in force after.
 fn store_reloader<C: RlConnection + 'static>(
     gateway: Arc<Gateway<C>>,
-    source: follow::Source,
-    check: Check,
+    followed: Arc<PublishedPolicy>,
 ) -> Reload {
     Arc::new(move || {
-        let (gateway, source, check) = (Arc::clone(&gateway), source.clone(), Arc::clone(&check));
+        let (gateway, followed) = (Arc::clone(&gateway), Arc::clone(&followed));
         Box::pin(async move {
-            match follow::refresh(&gateway, &source, check.as_ref()).await {
+            match followed.refresh(&gateway).await {
                 Ok(Some(version)) => Ok(version),
                 Ok(None) => Err((
                     StatusCode::CONFLICT,
                     format!(
                         "the snapshot at {} is not newer than version {}, in force",
-                        source.key,
+                        followed.key_name(),
                         gateway.policy().version
                     ),
                 )),
-                Err(e) => Err((StatusCode::SERVICE_UNAVAILABLE, e)),
+                Err(published::Error::Refused(e)) => Err((StatusCode::BAD_REQUEST, e)),
+                Err(published::Error::Store(e)) => Err((StatusCode::SERVICE_UNAVAILABLE, e)),
             }
         })
     })

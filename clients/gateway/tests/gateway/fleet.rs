@@ -9,7 +9,7 @@ use crate::common::Server;
 use crate::support::{policy_file, run, upstream, Gateway};
 use serde_json::json;
 
-fn policy(version: u64) -> serde_json::Value {
+pub(crate) fn policy(version: u64) -> serde_json::Value {
     json!({
         "version": version,
         "identity": {"user": "x-user"},
@@ -19,7 +19,7 @@ fn policy(version: u64) -> serde_json::Value {
     })
 }
 
-fn publish(redis: &Server, version: u64, by: &str) -> (Option<i32>, String, String) {
+pub(crate) fn publish(redis: &Server, version: u64, by: &str) -> (Option<i32>, String, String) {
     let file = policy_file(&policy(version));
     run(&[
         "policy",
@@ -32,7 +32,7 @@ fn publish(redis: &Server, version: u64, by: &str) -> (Option<i32>, String, Stri
     ])
 }
 
-fn follower(redis: &Server, up: &str, extra: &[&str]) -> Gateway {
+pub(crate) fn follower(redis: &Server, up: &str, extra: &[&str]) -> Gateway {
     let store = format!("redis://127.0.0.1:{}", redis.port);
     let mut args = vec![
         "--policy",
@@ -50,7 +50,7 @@ fn follower(redis: &Server, up: &str, extra: &[&str]) -> Gateway {
     Gateway::start(&args)
 }
 
-async fn version(gw: &Gateway) -> Option<String> {
+pub(crate) async fn version(gw: &Gateway) -> Option<String> {
     let text = reqwest::get(format!("{}/metrics", gw.url("admin")))
         .await
         .ok()?
@@ -207,7 +207,7 @@ async fn redis_down_at_start_starts_from_the_cache_and_without_one_refuses() {
     ]);
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("the store is unreachable") && err.contains("no --policy-cache"),
+        err.contains("the store is unreachable") && err.contains("no policy cache"),
         "{err}"
     );
 }

@@ -10,6 +10,7 @@ mod support;
 mod auth;
 mod envoy_example;
 mod fleet;
+mod follow;
 mod forward_auth;
 mod forward_auth_hostile;
 mod lifecycle;

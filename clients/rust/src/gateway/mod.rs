@@ -9,6 +9,7 @@ pub mod concurrency;
 pub mod connect;
 pub mod layer;
 mod leases;
+pub mod published;
 pub mod retry;
 
 pub use leases::Leases;

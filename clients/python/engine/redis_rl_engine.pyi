@@ -28,6 +28,9 @@ class Answer:
     """A call's end that is not a reply to read: made by `timeout`, `failed`, `overloaded` and
     `error`."""
 
+def load_policy(policy: str) -> int:
+    """Validates a policy document as a gateway loads it: its version, or `InvalidPolicy`."""
+
 def timeout() -> Answer:
     """No reply by the step's deadline."""
 
@@ -144,7 +147,7 @@ class Engine:
                  table_bytes: Optional[int] = None, now: Optional[int] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
         `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`,
-        `unknown_plan`, `unmatched`, `decision_records_dropped`). `log_sample`: the share of
+        `unknown_plan`, `unmatched`, `decision_records_dropped`, `policy_rejected`). `log_sample`: the share of
         admissions recorded (every other decision is); `log_per_second`: the most decision
         records a second, the rest counted. `table_bytes` bounds each local table in bytes (32 MiB by default).
         `now` (Unix microseconds) is when the policy is loaded, by default the system clock's:
@@ -168,6 +171,9 @@ class Engine:
     def policy_published(self, at: int) -> None:
         """When the snapshot in force was published (Unix µs), for a gateway following a
         store: the metrics then show `rl_gateway_policy_age_seconds`."""
+    def policy_rejected(self) -> None:
+        """A published snapshot the follower refused: counted in
+        `rl_gateway_policy_rejected_total`."""
     def reload(self, policy: str, now: Optional[int] = None) -> int:
         """Puts the document in force and returns its version; raises `StalePolicy` for a
         version not higher than the one in force, `InvalidPolicy` for an invalid document."""

@@ -45,6 +45,12 @@ fn load(policy: &str, now: Option<u64>) -> PyResult<Policy> {
     .map_err(policy_error)
 }
 
+/// Validates a policy document as a gateway would load it: its version, or `InvalidPolicy`.
+#[pyfunction]
+fn load_policy(policy: &str) -> PyResult<u64> {
+    load(policy, None).map(|p| p.version)
+}
+
 fn policy_error(e: PolicyError) -> PyErr {
     match e {
         PolicyError::Stale { .. } => StalePolicy::new_err(e.to_string()),
@@ -252,6 +258,11 @@ impl Engine {
         self.inner
             .metrics()
             .policy_published(Instant::from_micros(at));
+    }
+
+    /// A published snapshot the follower refused: counted in `rl_gateway_policy_rejected_total`.
+    fn policy_rejected(&self) {
+        self.inner.metrics().policy_rejected();
     }
 
     /// The version of the policy in force.
@@ -500,6 +511,7 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Call>()?;
     m.add_class::<Answer>()?;
     m.add_class::<MemoryStore>()?;
+    m.add_function(wrap_pyfunction!(load_policy, m)?)?;
     m.add_function(wrap_pyfunction!(convert::timeout, m)?)?;
     m.add_function(wrap_pyfunction!(convert::failed, m)?)?;
     m.add_function(wrap_pyfunction!(convert::overloaded, m)?)?;

@@ -15,6 +15,8 @@ export declare class Engine {
    * a store: the metrics then show `rl_gateway_policy_age_seconds`.
    */
   policyPublished(atUs: number): void
+  /** A published snapshot the follower refused: counted in `rl_gateway_policy_rejected_total`. */
+  policyRejected(): void
   get policyVersion(): number
   /** Whether a route names the request (an application's caller lookup runs only then). */
   routed(method: string, path: string, caseInsensitive?: boolean | undefined | null): boolean

@@ -151,6 +151,12 @@ impl Engine {
             .policy_published(instant(at_us.max(0.0)));
     }
 
+    /// A published snapshot the follower refused: counted in `rl_gateway_policy_rejected_total`.
+    #[napi]
+    pub fn policy_rejected(&self) {
+        self.engine.metrics().policy_rejected();
+    }
+
     #[napi(getter)]
     pub fn policy_version(&self) -> f64 {
         self.engine.policy().version as f64

@@ -228,7 +228,13 @@ impl PublishedPolicy {
     /// else the cache file's when that is good, whatever the store holds; with neither, why.
     /// A refused entry is logged here and counted once `follow` is given the gateway.
     pub async fn load(&self) -> Result<Policy, String> {
-        let cached = self.cache.as_deref().map(read_cache);
+        let cached = self.cache.as_deref().map(|file| {
+            let (snapshot, policy) = read_cache(file)?;
+            if let Some(check) = &self.check {
+                check(&policy).map_err(|e| format!("{}: {e}", file.display()))?;
+            }
+            Ok::<_, String>((snapshot, policy))
+        });
         let stored = self.look(None).await;
         let cached = match cached {
             Some(Ok(good)) => Ok(good),

@@ -190,9 +190,9 @@ export class PolicyStore {
 /** A policy published through Redis (`rl-gateway policy publish`), followed. */
 export class PublishedPolicy {
   constructor(redis: unknown, options?: { key?: string; cache?: string | null; pollMs?: number; timeoutMs?: number; logger?: Logger });
-  /** The snapshot to start with (the store's, else the cache's); rejects with a PolicyError saying why there is none. */
+  /** The snapshot to start with (the store's when good and not older, else a good cache's, whatever the store holds); rejects with a PolicyError saying why there is none. */
   load(): Promise<string>;
-  /** Puts the stored snapshot in force if higher: its version, or null. */
+  /** Puts the stored snapshot in force if it changed and is higher: its version, or null; rejects with a PolicyError for an entry no gateway may enforce (logged and counted already). */
   refresh(gateway: Gateway): Promise<number | null>;
   /** Follows the key (notices, and a poll every `pollMs`) until `stop()`. */
   follow(gateway: Gateway): this;

@@ -93,11 +93,12 @@ struct Serve {
     /// SIGHUP and POST /-/reload re-read it.
     #[arg(long, value_name = "FILE|store:KEY")]
     policy: Option<String>,
-    /// With --policy store:KEY: the last good snapshot, written on each change and read at a
-    /// start while Redis is down.
+    /// With --policy store:KEY: the last good snapshot, written on each change and started from
+    /// when the store has no good one as new (Redis down, the key empty, the entry refused).
     #[arg(long, value_name = "FILE")]
     policy_cache: Option<PathBuf>,
-    /// With --policy store:KEY: how often the stored version is read besides the notices.
+    /// With --policy store:KEY: how often the stored entry's head (its small fields and the
+    /// document's length) is read besides the notices; the document only when it changed.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     policy_poll: Duration,
     /// redis://HOST:PORT, or memory:// for this process's own limits.

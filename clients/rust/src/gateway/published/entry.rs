@@ -102,6 +102,13 @@ impl Head {
             .unwrap_or(0)
     }
 
+    /// What tells two refused entries apart when the document was not read (past the bound).
+    pub fn identity(&self) -> u64 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// How a log line names the entry.
     pub fn describe(&self, key: &str) -> String {
         format!(

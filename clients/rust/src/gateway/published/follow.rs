@@ -71,7 +71,8 @@ pub struct PublishedPolicy {
     poll: Duration,
     timeout: Duration,
     check: Option<Check>,
-    // Held through a refresh, so the notice's, the poll's and a reload's never interleave.
+    // Held through a load or a refresh, so the notice's, the poll's and a reload's never
+    // interleave (two would read one new entry, and the second be refused as stale).
     conn: tokio::sync::Mutex<Option<Conn>>,
     state: Mutex<State>,
 }
@@ -185,12 +186,8 @@ impl PublishedPolicy {
             return Ok(None);
         }
         if let Some(why) = oversized(head.length) {
-            let mut identity = std::hash::DefaultHasher::new();
-            std::hash::Hash::hash(&head, &mut identity);
-            let identity = std::hash::Hasher::finish(&identity);
-            return Ok(Some(Stored::Refused(
-                self.refuse(&head, identity, &why, metrics),
-            )));
+            let refused = self.refuse(&head, head.identity(), &why, metrics);
+            return Ok(Some(Stored::Refused(refused)));
         }
         let raw = read_whole(conn, &self.key, self.timeout).await?;
         if raw.head.absent() {
@@ -210,11 +207,14 @@ impl PublishedPolicy {
             .ok_or_else(|| format!("{}: no connection", self.url))
     }
 
-    /// The store's entry judged, the connection dropped when the store failed (the next call
-    /// opens another).
-    async fn look(&self, metrics: Option<&Metrics>) -> Result<Option<Stored>, String> {
-        let mut slot = self.conn.lock().await;
-        let result = match self.connected(&mut slot).await {
+    /// The store's entry judged, on the connection in `slot`; dropped when the store failed
+    /// (the next call opens another).
+    async fn look(
+        &self,
+        slot: &mut Option<Conn>,
+        metrics: Option<&Metrics>,
+    ) -> Result<Option<Stored>, String> {
+        let result = match self.connected(slot).await {
             Ok(conn) => self.examine_store(conn, metrics).await,
             Err(e) => Err(e),
         };
@@ -235,7 +235,8 @@ impl PublishedPolicy {
             }
             Ok::<_, String>((snapshot, policy))
         });
-        let stored = self.look(None).await;
+        let mut slot = self.conn.lock().await;
+        let stored = self.look(&mut slot, None).await;
         let cached = match cached {
             Some(Ok(good)) => Ok(good),
             Some(Err(e)) => Err(format!("the policy cache cannot be used: {e}")),
@@ -298,7 +299,8 @@ impl PublishedPolicy {
         &self,
         gateway: &Gateway<C>,
     ) -> Result<Option<u64>, Error> {
-        let stored = self.look(Some(gateway.metrics())).await;
+        let mut slot = self.conn.lock().await;
+        let stored = self.look(&mut slot, Some(gateway.metrics())).await;
         let (snapshot, policy, head) = match stored.map_err(Error::Store)? {
             Some(Stored::Good(good)) => *good,
             Some(Stored::Refused(why)) => return Err(Error::Refused(why)),

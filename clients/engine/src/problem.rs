@@ -69,6 +69,21 @@ pub fn gateway_overloaded() -> Problem {
     }
 }
 
+/// 503: the request was still running when its gateway stopped (the end of its drain after
+/// `SIGTERM`); another instance can take the retry at once.
+pub fn gateway_stopping() -> Problem {
+    Problem {
+        status: 503,
+        body: json!({
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "The gateway stopped before the request ended; retry after the time in Retry-After.",
+        })
+        .to_string(),
+    }
+}
+
 /// 431: an identity header (`user`, `tenant`) longer than 256 bytes.
 pub fn identity_too_long() -> Problem {
     Problem {

@@ -63,3 +63,64 @@ fn the_records_of_one_request_share_its_id_and_no_two_requests_share_one() {
     ids.dedup();
     assert_eq!(ids.len(), 1000);
 }
+
+#[test]
+fn a_request_cut_short_by_the_drain_is_a_503_with_its_own_record() {
+    let policy = Policy::from_json_at(
+        r#"{"version": 3, "default": {"rules": []},
+            "rules": {"a": {"key": "a", "limit": 5, "period": "1h"}},
+            "routes": [{"method": "GET", "path": "/x", "rules": ["a"]}]}"#,
+        Instant::from_micros(START_US),
+    )
+    .unwrap();
+    let engine = Engine::new(policy, Arc::new(Metrics::default()), Options::default());
+    let headers: Vec<(&str, &str)> = Vec::new();
+    let request = Request {
+        method: "GET",
+        path: "/x",
+        headers: &headers,
+        peer: None,
+        caller: None,
+        case_insensitive: false,
+    };
+    let now = Instant::from_micros(START_US);
+    // The module's arithmetic answers the calls.
+    let mut store = rl_engine::memory::MemoryStore::default();
+    let (mut pending, mut step) = engine.begin(&request, now);
+    let admitted = loop {
+        match step {
+            Step::Calls { calls, .. } => {
+                let answers = calls
+                    .iter()
+                    .map(|c| Answer::Reply(store.call(c.args.as_slice(), START_US)))
+                    .collect();
+                step = engine.resume(&mut pending, answers, now);
+            }
+            Step::Done(verdict) => break verdict,
+            Step::Wait { .. } => panic!("no chunk to wait for"),
+        }
+    };
+    assert_eq!(admitted.status, None);
+    let cut = engine.drained(&admitted, now);
+    assert_eq!(cut.status, Some(503));
+    let body: serde_json::Value = serde_json::from_str(&cut.problem.unwrap().body).unwrap();
+    assert_eq!(body["status"], 503);
+    assert!(body["detail"].as_str().unwrap().contains("stopped"));
+    let header = |name: &str| {
+        cut.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("retry-after").as_deref(), Some("1"));
+    let sent = admitted.headers.iter().find(|(n, _)| *n == "RateLimit");
+    assert!(sent.is_some(), "{:?}", admitted.headers);
+    assert_eq!(header("ratelimit"), sent.map(|(_, v)| v.clone()));
+    let [record] = cut.log.as_slice() else {
+        panic!("{:?}", cut.log);
+    };
+    assert_eq!(record.reason, "drain");
+    assert_eq!(record.route, "GET /x");
+    assert_eq!(record.policy_version, 3);
+    assert_eq!(record.decision.len(), 16);
+}

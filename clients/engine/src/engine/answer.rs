@@ -156,6 +156,43 @@ impl Shared {
         }
     }
 
+    /// An admitted request cut short by its gateway stopping: 503, the admission's fields and
+    /// `Retry-After` (a jittered second, as for a shed request), and the `drain` record. The
+    /// admission was counted; this is not counted again.
+    pub(crate) fn drained(&self, policy: &Policy, admitted: &Verdict) -> Verdict {
+        let seconds =
+            headers::retry_after_seconds(1000, policy.retry_after_jitter, self.rng.f64()).max(1);
+        let mut headers: Vec<_> = admitted
+            .headers
+            .iter()
+            .filter(|(name, _)| *name != RETRY_AFTER)
+            .cloned()
+            .collect();
+        headers.push((RETRY_AFTER, seconds.to_string()));
+        let route = admitted.route.as_deref().unwrap_or_default();
+        Verdict {
+            kind: VerdictKind::Shed,
+            outcome: Some(Outcome::Shed),
+            status: Some(503),
+            headers,
+            problem: Some(problem::gateway_stopping()),
+            route: admitted.route.clone(),
+            plan: admitted.plan.clone(),
+            policy_version: admitted.policy_version,
+            background: Vec::new(),
+            log: vec![LogRecord::new(
+                LogLevel::Warn,
+                "cut short: the gateway stopped before the request ended",
+                "drain".to_string(),
+                route,
+                "",
+                admitted.policy_version,
+                "drain",
+            )],
+            checks: Vec::new(),
+        }
+    }
+
     /// A 429: `Retry-After` from the longest refusing wait, jittered upward.
     fn too_many(
         &self,

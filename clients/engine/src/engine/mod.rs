@@ -334,6 +334,18 @@ impl Engine {
         }
     }
 
+    /// The verdict for a request admitted earlier (`admitted`) and still running when the
+    /// driver stops serving, at the end of its drain: 503 with the gateway's own reason,
+    /// `Retry-After`, the admission's `RateLimit` fields, and a decision record with reason
+    /// `drain`. The driver ends what the request holds as for any request that ends without a
+    /// response ([`Holdings::finish`]).
+    pub fn drained(&self, admitted: &Verdict, now: Instant) -> Verdict {
+        let policy = self.shared.policy.load_full();
+        let mut verdict = self.shared.drained(&policy, admitted);
+        self.shared.stamp(&mut verdict, now);
+        verdict
+    }
+
     /// What the engine's tables hold now (each at most `Options::table_bytes`; the fallback
     /// limiters summed over routes, each route's within the budget).
     pub fn tables(&self) -> Tables {
@@ -370,8 +382,7 @@ impl Shared {
     }
 
     /// Completes a verdict's decision records: the `unmatched` record of a request the default
-    /// decided, the plan and a decision id on each; then the bound of records a second, past
-    /// which a request's records are dropped whole and counted.
+    /// decided, then [`Shared::stamp`].
     fn seal(&self, step: Step, now: Instant) -> Step {
         let Step::Done(mut verdict) = step else {
             return step;
@@ -381,13 +392,20 @@ impl Shared {
                 .log
                 .insert(0, LogRecord::unmatched(verdict.policy_version));
         }
+        self.stamp(&mut verdict, now);
+        Step::Done(verdict)
+    }
+
+    /// The bound of records a second, past which a verdict's records are dropped whole and
+    /// counted; then the plan and a decision id on each record kept.
+    fn stamp(&self, verdict: &mut Verdict, now: Instant) {
         let bounded = verdict.log.iter().filter(|r| r.bounded()).count() as u64;
         if bounded > 0 && !self.may_write(bounded, now) {
             verdict.log.retain(|r| !r.bounded());
             self.metrics.record(Event::RecordsDropped(bounded));
         }
         if verdict.log.is_empty() {
-            return Step::Done(verdict);
+            return;
         }
         let decision = format!("{:016x}", self.ids.u64());
         let plan = verdict.plan.as_deref().unwrap_or_default();
@@ -395,7 +413,6 @@ impl Shared {
             record.decision.clone_from(&decision);
             plan.clone_into(&mut record.plan);
         }
-        Step::Done(verdict)
     }
 
     /// Whether `n` more records fit in this second's bound, counting them if they do.

@@ -43,12 +43,12 @@ pub struct LogRecord {
     pub message: &'static str,
     /// The reason code: `refuse:<rule>`, `refuse_cached:<rule>`, `unavailable:deny`,
     /// `unavailable:open`, `fallback_admit`, `fallback_refuse`, `error:<rule>`,
-    /// `shadow_refuse:<rule>`, `shadow_alarm:<rule>`, `unmatched`, `shed`, `reject:<status>` or
-    /// `admit` (sampled).
+    /// `shadow_refuse:<rule>`, `shadow_alarm:<rule>`, `unmatched`, `shed`, `drain`,
+    /// `reject:<status>` or `admit` (sampled).
     pub reason: String,
     pub route: String,
     /// The rule the record is about; empty for one about the request (`unmatched`, `shed`,
-    /// `reject:*`).
+    /// `drain`, `reject:*`).
     pub rule: String,
     /// The caller's plan; empty when the policy has no plans.
     pub plan: String,

@@ -3,7 +3,8 @@
 //! answers 429 and 503 itself with a problem body, puts the [`Verdict`] into the request's
 //! extensions, sets the rate-limit headers on every response, settles `settle` rules with the
 //! backend's `X-Actual-Cost`, and holds the request's semaphore slots until the response body
-//! has been sent (or dropped).
+//! has been sent (or dropped). A request still waiting for the inner service when the gateway
+//! is cut ([`Gateway::cut`]) is answered 503 and ends what it holds.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -149,7 +150,15 @@ where
             if let Some(caller) = caller {
                 request.extensions_mut().insert(caller);
             }
-            let mut response = inner.call(request).await?;
+            // Cut short (the server stops at the end of its drain): the inner service is
+            // dropped unanswered, and the caller gets the gateway's 503 instead of nothing.
+            let mut response = tokio::select! {
+                biased;
+                () = gateway.cut_off() => {
+                    return Ok(answer(&gateway.drained(&verdict, leases)));
+                }
+                response = inner.call(request) => response?,
+            };
             set_headers(response.headers_mut(), &verdict);
             let mut leases = leases;
             // Without a report from the backend, the estimate stands.

@@ -1,21 +1,24 @@
 //! What an admitted request holds in the store until its response ends, kept by the driver:
 //! the engine's [`rl_engine::Holdings`] says which calls to make; this sends them. Semaphore
 //! slots are renewed on a task of their own while the request runs, and released when this is
-//! dropped (the response ended or the request was cancelled); reservations are settled by
-//! [`Leases::settle`], or their estimate stands.
+//! dropped (the response ended, or the request was cancelled or cut short); reservations are
+//! settled by [`Leases::settle`], or, dropped unsettled, as the holdings say of a request that
+//! ended without a response.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rl_engine::Holdings;
 use tokio::task::JoinHandle;
 
-use super::{background, send_each};
+use super::{background, send_each, Tasks};
 use crate::client::{Rl, RlConnection};
 
 pub struct Leases<C: RlConnection + 'static> {
     rl: Rl<C>,
     lease: Arc<Mutex<Holdings>>,
     heartbeat: Option<JoinHandle<()>>,
+    // Where the calls sent once this is dropped are counted.
+    tasks: Tasks,
 }
 
 fn lock(lease: &Mutex<Holdings>) -> MutexGuard<'_, Holdings> {
@@ -24,7 +27,12 @@ fn lock(lease: &Mutex<Holdings>) -> MutexGuard<'_, Holdings> {
 
 impl<C: RlConnection + 'static> Leases<C> {
     /// `started`: when the request was admitted, from which renewals are due.
-    pub fn new(rl: Rl<C>, lease: Holdings, started: rl_engine::Instant) -> Leases<C> {
+    pub(crate) fn new(
+        rl: Rl<C>,
+        tasks: Tasks,
+        lease: Holdings,
+        started: rl_engine::Instant,
+    ) -> Leases<C> {
         let every = lease.renew_every();
         let lease = Arc::new(Mutex::new(lease));
         let heartbeat = every.and_then(|every| {
@@ -43,6 +51,7 @@ impl<C: RlConnection + 'static> Leases<C> {
             rl,
             lease,
             heartbeat,
+            tasks,
         }
     }
 
@@ -80,7 +89,8 @@ impl<C: RlConnection + 'static> Drop for Leases<C> {
         if let Some(beat) = self.heartbeat.take() {
             beat.abort();
         }
-        let calls = lock(&self.lease).release();
-        background(&self.rl, calls);
+        // Settled already when the response came; otherwise there was none.
+        let calls = lock(&self.lease).finish(None, None);
+        background(&self.rl, &self.tasks, calls);
     }
 }

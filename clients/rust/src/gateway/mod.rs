@@ -11,11 +11,14 @@ pub mod layer;
 mod leases;
 pub mod published;
 pub mod retry;
+mod tasks;
 
 pub use leases::Leases;
 pub use rl_engine::engine::{Check, CheckOutcome, CheckSource};
 pub use rl_engine::engine::{ACTUAL_COST, IDEMPOTENCY_KEY, RETRY_AFTER};
 pub use rl_engine::{Caller, Verdict, VerdictKind};
+
+use tasks::Tasks;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ use rl_engine::{
     Answer, Call, Engine, Headers, LogLevel, LogRecord, Options, Pending, Policy, PolicyError,
     Reply, Request, Step,
 };
+use tokio::sync::watch;
 
 use crate::client::{reply_of, Error, Rl, RlConnection};
 
@@ -141,6 +145,10 @@ pub struct Gateway<C: RlConnection + 'static> {
     // blocks a connection while its WAIT waits, and the other routes must not queue behind it.
     durable: Vec<Rl<C>>,
     next_durable: AtomicUsize,
+    // What its requests send in the background, for `drain`.
+    tasks: Tasks,
+    // Turned true by `cut`.
+    cut: watch::Sender<bool>,
 }
 
 /// Reports a client's mode to the metrics, for as long as the metrics live.
@@ -169,6 +177,8 @@ impl<C: RlConnection + 'static> Gateway<C> {
             options,
             durable: Vec::new(),
             next_durable: AtomicUsize::new(0),
+            tasks: Tasks::default(),
+            cut: watch::Sender::new(false),
         }
     }
 
@@ -250,6 +260,39 @@ impl<C: RlConnection + 'static> Gateway<C> {
         self.engine.reload(read_policy(&self.file)?)
     }
 
+    /// Answers every admitted request still waiting for its response 503 (the engine's
+    /// [`Engine::drained`]: reason `drain`) and ends what each holds; a request decided after
+    /// is answered the same. For a server that stops at the end of its drain: no request is
+    /// cut without an answer, and [`Gateway::drain`] then waits for the releases. A response
+    /// already under way (its body being sent) cannot be answered again: the server closing
+    /// its connection ends its leases.
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Resolves once [`Gateway::cut`] has been called.
+    pub(crate) async fn cut_off(&self) {
+        let mut cut = self.cut.subscribe();
+        // The sender lives as long as `self`.
+        let _ = cut.wait_for(|cut| *cut).await;
+    }
+
+    /// The answer to an admitted request cut short: the engine's 503, its record written, and
+    /// what the request held ended in the background (`leases` dropped).
+    pub(crate) fn drained(&self, admitted: &Verdict, leases: Leases<C>) -> Verdict {
+        let verdict = self.engine.drained(admitted, now());
+        log(&verdict.log);
+        drop(leases);
+        verdict
+    }
+
+    /// Waits for the background calls in flight (releases, refunds, settlements): before the
+    /// process exits, so that nothing its requests held is left to expire on its own. Each
+    /// call gives up after a second without an answer.
+    pub async fn drain(&self) {
+        self.tasks.idle().await;
+    }
+
     /// Decides one request. The leases must live until the response has been sent.
     pub async fn decide(&self, request: &RequestParts<'_>) -> (Verdict, Leases<C>) {
         let started = now();
@@ -292,17 +335,19 @@ impl<C: RlConnection + 'static> Gateway<C> {
         let mut pending = Abandon {
             pending: Some(pending),
             rl,
+            tasks: &self.tasks,
         };
         loop {
             match step {
                 Step::Done(verdict) => {
-                    background(rl, verdict.background.clone());
+                    background(rl, &self.tasks, verdict.background.clone());
                     log(&verdict.log);
                     let lease = match pending.pending.take() {
                         Some(mut p) => p.holdings(),
                         None => rl_engine::Holdings::default(),
                     };
-                    return (verdict, Leases::new(rl.clone(), lease, started));
+                    let leases = Leases::new(rl.clone(), self.tasks.clone(), lease, started);
+                    return (verdict, leases);
                 }
                 Step::Wait { until } => {
                     tokio::time::sleep_until(tokio_instant(until)).await;
@@ -333,6 +378,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
 struct Abandon<'a, C: RlConnection + 'static> {
     pending: Option<Pending>,
     rl: &'a Rl<C>,
+    tasks: &'a Tasks,
 }
 
 impl<C: RlConnection + 'static> Abandon<'_, C> {
@@ -347,7 +393,7 @@ impl<C: RlConnection + 'static> Abandon<'_, C> {
 impl<C: RlConnection + 'static> Drop for Abandon<'_, C> {
     fn drop(&mut self) {
         if let Some(mut pending) = self.pending.take() {
-            background(self.rl, pending.abandon());
+            background(self.rl, self.tasks, pending.abandon());
         }
     }
 }
@@ -394,16 +440,13 @@ fn answer_of(result: Result<redis::Value, Error>) -> Answer {
 }
 
 /// Sends calls whose replies do not matter (releases, refunds), after the answer, on a task of
-/// their own.
-pub(crate) fn background<C: RlConnection + 'static>(rl: &Rl<C>, calls: Vec<Call>) {
+/// their own, counted in `tasks`.
+pub(crate) fn background<C: RlConnection + 'static>(rl: &Rl<C>, tasks: &Tasks, calls: Vec<Call>) {
     if calls.is_empty() {
         return;
     }
-    // Outside a runtime nothing can be sent; leases then run out on their own.
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        let rl = rl.clone();
-        runtime.spawn(async move { send_each(&rl, calls).await });
-    }
+    let rl = rl.clone();
+    tasks.spawn(async move { send_each(&rl, calls).await });
 }
 
 pub(crate) async fn send_each<C: RlConnection>(rl: &Rl<C>, calls: Vec<Call>) {

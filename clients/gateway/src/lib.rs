@@ -9,4 +9,5 @@ pub mod proxy;
 pub mod replay;
 pub mod rls;
 pub mod server;
+pub mod shutdown;
 pub mod store;

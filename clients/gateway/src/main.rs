@@ -1,7 +1,7 @@
 //! rl-gateway: the enforcement point for any stack (`clients/CONTRACT.md` sections 10 and 11).
 //! See the README for every face and an example session of each.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,9 +16,6 @@ use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::gateway::published::{self, Check, PublishedPolicy};
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, Rl, RlConnection};
-use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
 
 use redis_rl_client::engine::time::format_rfc3339;
 use redis_rl_client::engine::Instant;
@@ -27,7 +24,8 @@ use rl_gateway::auth::{self, DenyStatus};
 use rl_gateway::policy_cmd;
 use rl_gateway::proxy::{self, Upstream};
 use rl_gateway::rls::{self, Rls};
-use rl_gateway::server::{self, Limits};
+use rl_gateway::server::{self, bind, Limits};
+use rl_gateway::shutdown::Stopping;
 use rl_gateway::store::{MemoryConnection, StoreUrl};
 
 #[derive(Parser)]
@@ -135,7 +133,8 @@ struct Serve {
     /// A request head must arrive within this.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     header_timeout: Duration,
-    /// On SIGTERM, requests in flight may finish within this.
+    /// On SIGTERM, requests in flight may finish within this; those still running then are
+    /// answered 503 and what they hold is released before the process exits.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     drain_timeout: Duration,
     /// Also send X-RateLimit-Limit/Remaining/Reset.
@@ -399,16 +398,6 @@ fn pinger<C: RlConnection + 'static>(conn: C) -> Ready {
     })
 }
 
-async fn bind(addr: SocketAddr, face: &str) -> Result<TcpListener, String> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr} ({face}): {e}"))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("listening on {local} ({face})");
-    let _ = std::io::stdout().flush();
-    Ok(listener)
-}
-
 async fn faces<C: RlConnection + 'static>(
     args: Serve,
     source: Option<Source>,
@@ -439,13 +428,12 @@ async fn faces<C: RlConnection + 'static>(
     );
     let limits = Limits {
         header_timeout: args.header_timeout,
-        drain: args.drain_timeout,
         ..Limits::default()
     };
-    let (stop, stopped) = watch::channel(false);
+    let (stopping, shutdown) = Stopping::new();
     let mut servers: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
     let mut http = |listener, app| {
-        let serving = server::serve(listener, app, limits, stopped.clone());
+        let serving = server::serve(listener, app, limits, shutdown.clone());
         servers.push(tokio::spawn(async move {
             serving.await.map_err(|e| e.to_string())
         }));
@@ -473,22 +461,16 @@ async fn faces<C: RlConnection + 'static>(
     }
     if let (Some((rls, _)), Some(addr)) = (&rls, args.grpc) {
         let listener = bind(addr, "grpc").await?;
-        let mut stopped = stopped.clone();
+        let mut stopped = shutdown.stop.clone();
         let shutdown = async move {
             let _ = stopped.wait_for(|s| *s).await.map(|_| ());
         };
         servers.push(tokio::spawn(Arc::clone(rls).serve(listener, shutdown)));
     }
-    signals(reload, stop).await?;
-    for server in servers {
-        if let Ok(Err(e)) = server.await {
-            tracing::warn!(error = %e, "a face ended with an error");
-        }
-    }
-    // The releases of leases whose responses ended during the drain are sent on tasks of
-    // their own; give them the moment a local store needs before the runtime stops.
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    Ok(())
+    let gateway = gateway.map(|(gateway, _)| gateway);
+    stopping
+        .serve_until_stopped(reload, servers, args.drain_timeout, gateway)
+        .await
 }
 
 /// The engine's gateway for the HTTP faces, on the policy's first snapshot, and how it reloads.
@@ -557,26 +539,6 @@ fn reloader<C: RlConnection + 'static>(
             }
         })
     })
-}
-
-/// SIGHUP reloads; SIGTERM and SIGINT stop accepting and drain.
-async fn signals(reload: Reload, stop: watch::Sender<bool>) -> Result<(), String> {
-    let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    loop {
-        tokio::select! {
-            _ = hup.recv() => match reload().await {
-                Ok(version) => tracing::info!(version, "policy reloaded"),
-                Err((_, message)) => tracing::warn!("policy not reloaded: {message}"),
-            },
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-        }
-    }
-    tracing::info!("stopping: no new connections; requests in flight finish");
-    let _ = stop.send(true);
-    Ok(())
 }
 
 /// Re-reads the policy file and puts it in force if it is valid, its version higher, and every

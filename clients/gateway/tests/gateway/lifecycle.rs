@@ -1,7 +1,9 @@
 //! rl-gateway in front of a real Redis with the module: the admin face (`/healthz`, `/readyz`,
 //! `/metrics`, `POST /-/reload`), SIGHUP, a start while Redis is down, and SIGTERM draining a
-//! request in flight and releasing its slot.
+//! request in flight and releasing its slot, or, past the drain, answering those still running
+//! and freeing what they hold before the exit.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::common::Server;
@@ -192,4 +194,98 @@ async fn sigterm_lets_the_request_in_flight_finish_and_releases_its_slot() {
         .unwrap();
     // Released: the semaphore's key is gone (an empty semaphore is full capacity again).
     assert_eq!(info, redis::Value::Nil, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_past_the_drain_answers_503_and_frees_every_slot_before_the_exit() {
+    let redis = Server::start();
+    let (up, seen) = upstream().await;
+    let file = policy_file(&json!({
+        "version": 1,
+        "rules": {
+            "slots": {"key": "cut:slots", "concurrency": 3, "lease": "1m"},
+            "export": {"key": "cut:export", "limit": 100, "period": "1h", "settle": true}
+        },
+        "routes": [{"method": "POST", "path": "/export", "rules": ["slots", "export"]}],
+        "store": {"timeout": "200ms"},
+        "default": {"rules": []}
+    }));
+    let gw = Gateway::start(&[
+        "--policy",
+        file.to_str().unwrap(),
+        "--store",
+        &format!("redis://127.0.0.1:{}", redis.port),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--admin",
+        "127.0.0.1:0",
+        "--drain-timeout",
+        "300ms",
+    ]);
+    gw.ready().await;
+    // Three requests the upstream holds for a minute: every slot taken.
+    let url = format!("{}/export?ms=60000", gw.url("proxy"));
+    let callers: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let r = reqwest::Client::new().post(url).send().await.unwrap();
+                let status = r.status();
+                let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+                let body: serde_json::Value = r.json().await.unwrap();
+                (status, kind, body)
+            })
+        })
+        .collect();
+    eventually("the upstream holds three requests", async || {
+        seen.lock().unwrap().len() == 3
+    })
+    .await;
+    let mut c = redis.conn();
+    let info = |c: &mut redis::Connection, key: &str| {
+        let fields: HashMap<String, redis::Value> =
+            redis::cmd("RL.INFO").arg(key).query(c).unwrap_or_default();
+        fields
+    };
+    assert_eq!(info(&mut c, "cut:slots")["in_flight"], redis::Value::Int(3));
+    assert_eq!(
+        info(&mut c, "cut:export")["reservations"],
+        redis::Value::Int(3)
+    );
+    let signalled = Instant::now();
+    gw.signal("TERM");
+    for caller in callers {
+        let (status, kind, body) = caller.await.unwrap();
+        assert_eq!(status, 503);
+        assert_eq!(kind, "application/problem+json");
+        assert_eq!(body["status"], 503);
+        assert!(
+            body["detail"].as_str().unwrap().contains("stopped"),
+            "{body}"
+        );
+    }
+    let (code, log) = gw.wait(Duration::from_secs(20));
+    let exited = signalled.elapsed();
+    assert_eq!(code, Some(0), "{log}");
+    // Right after the exit: no slot held, no reservation left (each settled at its estimate).
+    assert_eq!(
+        redis::cmd("RL.INFO")
+            .arg("cut:slots")
+            .query::<redis::Value>(&mut c)
+            .unwrap(),
+        redis::Value::Nil,
+        "{log}"
+    );
+    let export = info(&mut c, "cut:export");
+    assert!(
+        export
+            .get("reservations")
+            .is_none_or(|live| *live == redis::Value::Int(0)),
+        "{export:?}\n{log}"
+    );
+    // Each cut request's decision record says why.
+    assert_eq!(log.matches("reason=\"drain\"").count(), 3, "{log}");
+    assert!(exited < Duration::from_secs(5), "{exited:?}");
 }

@@ -162,6 +162,20 @@ pub fn upstream_unreachable() -> Problem {
     }
 }
 
+/// 408: a proxy's caller paused its request body longer than the gateway waits for it.
+pub fn body_timeout() -> Problem {
+    Problem {
+        status: 408,
+        body: json!({
+            "type": "about:blank",
+            "title": "Request Timeout",
+            "status": 408,
+            "detail": "The request body stopped arriving.",
+        })
+        .to_string(),
+    }
+}
+
 /// 504: a proxy's upstream did not answer in time.
 pub fn upstream_timeout() -> Problem {
     Problem {

@@ -111,7 +111,8 @@ struct Serve {
     /// Reverse proxy: http://HOST:PORT of the service behind.
     #[arg(long, value_name = "URL", requires = "listen")]
     upstream: Option<String>,
-    /// Reverse proxy: the upstream's response head must come within this.
+    /// Reverse proxy: the upstream's response head must come within this once it has the whole
+    /// request body (and a caller's body may pause this long at most).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     upstream_timeout: Duration,
     /// Forward auth (nginx auth_request, Caddy forward_auth, Traefik ForwardAuth).

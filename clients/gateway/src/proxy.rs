@@ -2,7 +2,10 @@
 //! then forwarded with its method, the path as matched (normalized), its query, its headers
 //! less the hop-by-hop ones, and its body streamed; the upstream's response streamed back.
 //! `X-Actual-Cost` settles the request's reservations and is not passed to the caller; leases
-//! end when the response body ends or the caller goes away (the layer's guard).
+//! end when the response body ends or the caller goes away (the layer's guard). The upstream
+//! has `--upstream-timeout` to answer once it has the whole request body ([`upload`]).
+
+mod upload;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +47,9 @@ pub struct Upstream {
     scheme: Scheme,
     authority: Authority,
     client: Client<HttpConnector, Body>,
-    /// The upstream's response head must come within this; the body then streams freely.
+    /// The upstream's response head must come within this once the request body has ended
+    /// (and the request body may pause this long at most); the response body then streams
+    /// freely.
     timeout: Duration,
 }
 
@@ -130,8 +135,21 @@ async fn forward(
         parts.headers.insert(HOST, host);
     }
     parts.uri = uri;
-    let request = Request::from_parts(parts, body);
-    match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
+    let (body, upload) = upload::watch(body);
+    let answered = upstream.client.request(Request::from_parts(parts, body));
+    tokio::pin!(answered);
+    // The deadline moves with the body, so it is read again each time it passes.
+    let answered = loop {
+        tokio::select! {
+            answered = &mut answered => break Ok(answered),
+            () = tokio::time::sleep_until(upload.deadline(upstream.timeout)) => {
+                if upload.deadline(upstream.timeout) <= tokio::time::Instant::now() {
+                    break Err(upload.late());
+                }
+            }
+        }
+    };
+    match answered {
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
@@ -141,7 +159,8 @@ async fn forward(
             tracing::warn!(error = %e, "the upstream could not be reached");
             problem_response(problem::upstream_unreachable())
         }
-        Err(_) => problem_response(problem::upstream_timeout()),
+        Err(upload::Late::Upstream) => problem_response(problem::upstream_timeout()),
+        Err(upload::Late::Caller) => problem_response(problem::body_timeout()),
     }
 }
 

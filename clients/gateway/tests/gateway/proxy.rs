@@ -1,10 +1,12 @@
 //! The reverse proxy face against a real upstream on loopback: decisions, the forwarded
 //! request (matched path, query, headers, streamed body), `X-Actual-Cost` consumed, 502 and
-//! 504, a slow or huge request head refused.
+//! 504 (counted from the end of the request body), a slow or huge request head refused.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{closed_port, policy_file, upstream, Gateway};
 use serde_json::json;
@@ -230,4 +232,64 @@ async fn an_encoded_separator_in_a_segment_is_400_and_never_forwarded() {
         );
     }
     assert!(seen.lock().unwrap().is_empty());
+}
+
+/// POSTs `path` with a chunked body of `chunks` pieces, `every` apart, then its end unless
+/// `ends` is false (the caller then stops sending): the answer, and how long after the last
+/// byte sent it came.
+async fn upload(
+    addr: SocketAddr,
+    path: &str,
+    chunks: usize,
+    every: Duration,
+    ends: bool,
+) -> (String, Duration) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // A gateway that answers before the body ends closes the connection: the answer is read.
+    for _ in 0..chunks {
+        tokio::time::sleep(every).await;
+        if s.write_all(b"5\r\nhello\r\n").await.is_err() {
+            break;
+        }
+    }
+    if ends {
+        let _ = s.write_all(b"0\r\n\r\n").await;
+    }
+    let sent = Instant::now();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.unwrap();
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        sent.elapsed(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upstream_timeout_counts_from_the_end_of_the_request_body() {
+    let (up, seen) = upstream().await;
+    let gw = start(&up, &["--upstream-timeout", "300ms"]);
+    let proxy = gw.faces["proxy"];
+    // An upload of a second and a half, five times the timeout: the upstream reads it all,
+    // then answers.
+    let every = Duration::from_millis(150);
+    let (answer, _) = upload(proxy, "/upload", 10, every, true).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(&"hello".repeat(10)), "{answer}");
+    assert_eq!(seen.lock().unwrap()[0].body, "hello".repeat(10).as_bytes());
+
+    // An upstream that has the whole body and never answers: 504 within the timeout.
+    let (answer, after) = upload(proxy, "/upload?ms=60000", 10, every, true).await;
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    // Counted from the end of the body, never before it (an upper bound would time the
+    // machine, not the gateway).
+    assert!(after >= Duration::from_millis(250), "{after:?}");
+
+    // A caller that stops sending its body: 408 once it paused as long.
+    let (answer, after) = upload(proxy, "/upload", 2, Duration::ZERO, false).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(after >= Duration::from_millis(250), "{after:?}");
 }

@@ -169,7 +169,11 @@ pub async fn upstream() -> (String, Arc<Mutex<Vec<Seen>>>) {
         let kept = Arc::clone(&kept);
         async move {
             let (parts, body) = request.into_parts();
-            let body = axum::body::to_bytes(body, 1 << 20).await.unwrap().to_vec();
+            // A body the gateway broke off (its caller stopped sending) is not the request.
+            let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+                return Response::new(Body::empty());
+            };
+            let body = body.to_vec();
             let query: HashMap<String, String> = parts
                 .uri
                 .query()

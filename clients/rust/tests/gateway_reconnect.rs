@@ -115,3 +115,69 @@ async fn a_store_killed_and_restarted_is_used_again_within_a_second_of_the_break
     let back = until_admitted(&http, &base).await;
     assert!(back < BACK_WITHIN, "admitted again after {back:?}");
 }
+
+/// A store whose first reply on each connection comes `delay` after the connection: the relay
+/// accepts at once and only then connects to the server. A loaded machine makes a fresh
+/// gateway's connection this slow.
+async fn slow_to_answer(port: u16, delay: Duration) -> u16 {
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_port = relay.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut caller, _) = relay.accept().await.unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut server = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut caller, &mut server).await;
+            });
+        }
+    });
+    relay_port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_waits_for_the_connection_still_being_made() {
+    let server = Server::start();
+    let port = slow_to_answer(server.port, Duration::from_millis(300)).await;
+    // The store's deadline is a second: the connection's 300 ms fit in it.
+    let policy = TempFile::new(
+        "reconnect-first.json",
+        &POLICY.replace(r#""timeout": "50ms""#, r#""timeout": "1s""#),
+    );
+    let (_northstar, base) = northstar(port, &policy);
+    let first = reqwest::Client::new()
+        .post(format!("{base}/checkout"))
+        .header("x-user", "ann")
+        .send()
+        .await
+        .unwrap();
+    // The store's answer (a posture would be 503, without a RateLimit field).
+    assert_eq!(first.status(), 200);
+    let ratelimit = first.headers()["ratelimit"].to_str().unwrap();
+    assert!(ratelimit.starts_with(r#""write";r=999;"#), "{ratelimit}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_just_after_the_store_comes_up_is_the_stores() {
+    let mut server = Server::start();
+    server.stop();
+    let policy = TempFile::new(
+        "reconnect-late.json",
+        &POLICY.replace(r#""timeout": "50ms""#, r#""timeout": "1s""#),
+    );
+    let (_northstar, base) = northstar(server.port, &policy);
+    // Its first attempt was refused; the next is not due before the request comes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.start_again();
+    let first = reqwest::Client::new()
+        .post(format!("{base}/checkout"))
+        .header("x-user", "ann")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let ratelimit = first.headers()["ratelimit"].to_str().unwrap();
+    assert!(ratelimit.starts_with(r#""write";r=999;"#), "{ratelimit}");
+}

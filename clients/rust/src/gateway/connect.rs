@@ -2,28 +2,44 @@
 //! comes back quickly after the store restarts: the gateway listens and serves its postures
 //! meanwhile, instead of waiting for Redis before it binds.
 //!
-//! Until the first connection is made, every call fails at once as a refused connection (the
-//! engine's `unavailable`); a task keeps connecting in the background. Once connected, the
-//! `redis` crate's `ConnectionManager` reconnects after a failure, retrying within half a
-//! second rather than with its default backoff (which waited up to 113 s between attempts).
+//! Until the first connection is made, a task keeps trying, one attempt at a time. A call made
+//! meanwhile asks for an attempt now (rather than after the pause between two) and waits for
+//! it to end, within the caller's own deadline: so a gateway's first requests, arriving while
+//! its connection is still being made (or just after the store came up), are decided by the
+//! store rather than by the posture, and a store that refuses the connection fails them at
+//! once. Once connected, the `redis` crate's `ConnectionManager` reconnects after a failure,
+//! retrying within half a second rather than with its default backoff (which waited up to
+//! 113 s between attempts).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Value};
+use tokio::sync::{watch, Notify};
 
 use crate::client::RlConnection;
 
-/// The longest wait between two connection attempts.
+/// The longest wait between two connection attempts nobody asked for.
 const RETRY_MAX: Duration = Duration::from_millis(500);
+/// The shortest: calls asking for attempts while the store refuses them make at most this many
+/// a second between them.
+const RETRY_MIN: Duration = Duration::from_millis(10);
 /// One connection attempt gives up after this long (a store that accepts nothing, say).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A store connection, possibly not made yet. Cloning shares it.
 #[derive(Clone)]
 pub struct Store {
-    manager: Arc<OnceLock<ConnectionManager>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    manager: OnceLock<ConnectionManager>,
+    /// How many first-connection attempts have ended (the last one set `manager`, if any did).
+    attempts: watch::Sender<u64>,
+    /// A call waits for an attempt: the pause before the next one ends now.
+    wanted: Notify,
 }
 
 fn config() -> ConnectionManagerConfig {
@@ -35,35 +51,61 @@ fn config() -> ConnectionManagerConfig {
         .set_connection_timeout(CONNECT_TIMEOUT)
 }
 
+/// One attempt at the first connection. The manager retries on its own (for seconds, against a
+/// store that refuses), so a single connection made beside it says whether the store is there:
+/// a caller waiting for the attempt learns at once that it is not.
+async fn attempt(client: &redis::Client) -> Result<ConnectionManager, RedisError> {
+    let once = AsyncConnectionConfig::new().set_connection_timeout(CONNECT_TIMEOUT);
+    let manager = ConnectionManager::new_with_config(client.clone(), config());
+    let probe = client.get_multiplexed_async_connection_with_config(&once);
+    tokio::pin!(manager);
+    tokio::select! {
+        made = &mut manager => made,
+        probed = probe => match probed {
+            Ok(_) => manager.await,
+            Err(e) => Err(e),
+        },
+    }
+}
+
 impl Store {
     /// Starts connecting to `client`'s server in the background (on the current tokio
     /// runtime) and returns at once.
     pub fn connect(client: redis::Client) -> Store {
         let store = Store {
-            manager: Arc::new(OnceLock::new()),
+            shared: Arc::new(Shared {
+                manager: OnceLock::new(),
+                attempts: watch::Sender::new(0),
+                wanted: Notify::new(),
+            }),
         };
-        let cell = Arc::clone(&store.manager);
+        let shared = Arc::clone(&store.shared);
         tokio::spawn(async move {
             let mut said = false;
             loop {
-                match ConnectionManager::new_with_config(client.clone(), config()).await {
-                    Ok(manager) => {
-                        let _ = cell.set(manager);
+                let outcome = attempt(&client).await;
+                if let Ok(manager) = &outcome {
+                    let _ = shared.manager.set(manager.clone());
+                }
+                // After `manager` is set: a call that sees the count move finds it.
+                shared.attempts.send_modify(|n| *n = n.wrapping_add(1));
+                match outcome {
+                    Ok(_) => {
                         tracing::info!(target: super::DECISION_LOG, "connected to the store");
                         return;
                     }
-                    Err(e) => {
-                        if !said {
-                            tracing::warn!(
-                                target: super::DECISION_LOG,
-                                error = %e,
-                                "the store is not reachable yet; routes take their posture"
-                            );
-                            said = true;
-                        }
-                        tokio::time::sleep(RETRY_MAX).await;
+                    Err(e) if !said => {
+                        tracing::warn!(
+                            target: super::DECISION_LOG,
+                            error = %e,
+                            "the store is not reachable yet; routes take their posture"
+                        );
+                        said = true;
                     }
+                    Err(_) => {}
                 }
+                tokio::time::sleep(RETRY_MIN).await;
+                let _ = tokio::time::timeout(RETRY_MAX, shared.wanted.notified()).await;
             }
         });
         store
@@ -71,7 +113,26 @@ impl Store {
 
     /// Whether the first connection has been made.
     pub fn is_connected(&self) -> bool {
-        self.manager.get().is_some()
+        self.shared.manager.get().is_some()
+    }
+}
+
+impl Shared {
+    /// The connection, once made; before, the end of the next attempt (asked for now), and the
+    /// connection if it made one. The caller's deadline bounds the wait.
+    async fn manager(&self) -> Result<ConnectionManager, RedisError> {
+        if let Some(manager) = self.manager.get() {
+            return Ok(manager.clone());
+        }
+        // Subscribed before looking again, so an attempt that ends in between is not missed.
+        let mut ended = self.attempts.subscribe();
+        if let Some(manager) = self.manager.get() {
+            return Ok(manager.clone());
+        }
+        self.wanted.notify_one();
+        // The sender lives as long as `self`: `changed` ends with the attempt.
+        let _ = ended.changed().await;
+        self.manager.get().cloned().ok_or_else(not_yet)
     }
 }
 
@@ -84,13 +145,7 @@ fn not_yet() -> RedisError {
 
 impl ConnectionLike for Store {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self.manager.get() {
-            Some(manager) => {
-                let mut manager = manager.clone();
-                Box::pin(async move { manager.req_packed_command(cmd).await })
-            }
-            None => Box::pin(async { Err(not_yet()) }),
-        }
+        Box::pin(async move { self.shared.manager().await?.req_packed_command(cmd).await })
     }
 
     fn req_packed_commands<'a>(
@@ -99,17 +154,17 @@ impl ConnectionLike for Store {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self.manager.get() {
-            Some(manager) => {
-                let mut manager = manager.clone();
-                Box::pin(async move { manager.req_packed_commands(cmd, offset, count).await })
-            }
-            None => Box::pin(async { Err(not_yet()) }),
-        }
+        Box::pin(async move {
+            self.shared
+                .manager()
+                .await?
+                .req_packed_commands(cmd, offset, count)
+                .await
+        })
     }
 
     fn get_db(&self) -> i64 {
-        self.manager.get().map_or(0, ConnectionLike::get_db)
+        self.shared.manager.get().map_or(0, ConnectionLike::get_db)
     }
 }
 

@@ -35,13 +35,49 @@ function wrap(send, extra = {}) {
   };
 }
 
+// A connection attempt's states in ioredis (and a Cluster's): the socket is being opened, or it
+// is open and the handshake has not been answered yet.
+const CONNECTING = new Set(['connecting', 'connect']);
+const ATTEMPT_ENDS = ['ready', 'close', 'end'];
+const attempts = new WeakMap();
+
+// With the offline queue off, ioredis refuses a call at once while it connects, so a gateway's
+// first requests, arriving while its connection is still being made (a store slow to answer, a
+// loaded machine), would all take the posture. A call made then waits for the attempt to end
+// (one shared promise per client), within the caller's own deadline; one made while the client
+// waits to retry, or once it gave up, still fails at once.
+function attemptEnded(client) {
+  if (!CONNECTING.has(client.status)) return null;
+  let ended = attempts.get(client);
+  if (!ended) {
+    ended = new Promise((resolve) => {
+      const done = () => {
+        for (const event of ATTEMPT_ENDS) client.off(event, done);
+        attempts.delete(client);
+        resolve();
+      };
+      for (const event of ATTEMPT_ENDS) client.once(event, done);
+    });
+    attempts.set(client, ended);
+  }
+  return ended;
+}
+
 // ioredis and iovalkey (its fork), a single server or a Cluster. Their offline queue must be off
 // (`enableOfflineQueue: false`): with it, a call to a dead server waits for the reconnect instead
 // of failing, then is replayed and counted twice.
 export function fromIoredis(client, { Command } = {}) {
-  if (!client.isCluster) return wrap((name, args) => client.call(name, ...args));
+  if (!client.isCluster) {
+    return wrap(async (name, args) => {
+      const connecting = attemptEnded(client);
+      if (connecting) await connecting;
+      return client.call(name, ...args);
+    });
+  }
   const commandClass = Command ? Promise.resolve(Command) : findCommandClass(client);
   return wrap(async (name, args, firstKey) => {
+    const connecting = attemptEnded(client);
+    if (connecting) await connecting;
     // A Command carrying its slot goes straight to the slot's primary; without the class (or a
     // key) the call goes to any node and follows its MOVED reply.
     const Cmd = await commandClass;

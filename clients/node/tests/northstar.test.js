@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -157,6 +158,36 @@ describe('northstar', () => {
     } finally {
       ns.stop();
       await cluster.stop();
+    }
+  });
+
+  // A store whose first reply on each connection comes 1.5 s after it (a relay that accepts at
+  // once and connects to the server only then): longer than northstar waits before listening,
+  // as a loaded machine makes a fresh connection. The first request, arriving while the
+  // connection is still being made, waits for it within its deadline (3 s here) and is the
+  // store's, not the posture's.
+  test('a first request while the store connection is still being made waits for it', async () => {
+    const server = await Server.start();
+    const relay = net.createServer((caller) => {
+      caller.on('error', () => {});
+      setTimeout(() => {
+        const upstream = net.connect(server.port, '127.0.0.1');
+        upstream.on('error', () => caller.destroy());
+        caller.pipe(upstream);
+        upstream.pipe(caller);
+      }, 1500);
+    });
+    await new Promise((r) => relay.listen(0, '127.0.0.1', r));
+    const document = { ...POLICY, store: { ...POLICY.store, timeout: '3s' } };
+    const ns = await northstar(`redis://127.0.0.1:${relay.address().port}`, { document });
+    try {
+      const first = await checkout(ns, 'ann');
+      assert.equal(first.status, 200, await first.text());
+      assert.match(first.headers.get('ratelimit') ?? '', /"write";r=\d+;t=/);
+    } finally {
+      ns.stop();
+      relay.close();
+      await server.stop();
     }
   });
 

@@ -59,6 +59,9 @@ fn core_templates() -> Vec<String> {
         Error::BadLease,
         Error::TooManyLeases,
         Error::BadPayload(n),
+        Error::BadDeadline,
+        Error::DeadlineAhead,
+        Error::Late { late_ms: NUMBER },
     ];
     // A variant added to the core without a template here is caught by this match.
     for e in &errors {
@@ -87,7 +90,10 @@ fn core_templates() -> Vec<String> {
             | Error::AheadOfClock(_)
             | Error::BadLease
             | Error::TooManyLeases
-            | Error::BadPayload(_) => {}
+            | Error::BadPayload(_)
+            | Error::BadDeadline
+            | Error::DeadlineAhead
+            | Error::Late { .. } => {}
         }
     }
     errors

@@ -1,7 +1,8 @@
 //! Every way a request can be refused before any state is touched.
 //!
 //! Messages start with `ERR`, name the argument, and give the rule it broke, because that text is
-//! exactly what reaches the user at `redis-cli` or in a client's exception.
+//! exactly what reaches the user at `redis-cli` or in a client's exception. One does not: a call
+//! past its `DEADLINE` was well formed, and answers with its own code, `DEADLINE`.
 
 use std::fmt;
 
@@ -75,6 +76,13 @@ pub enum Error {
     TooManyLeases,
     /// A state payload (replication, AOF, RESTORE) that does not decode.
     BadPayload(&'static str),
+    /// A `DEADLINE` that is not a count of milliseconds.
+    BadDeadline,
+    /// A `DEADLINE` further ahead of the server's clock than the tolerated skew.
+    DeadlineAhead,
+    /// The call reached the server's clock past its `DEADLINE`: it changed nothing. Not an
+    /// `ERR`: the request was well formed, and the code names what happened.
+    Late { late_ms: u64 },
 }
 
 impl fmt::Display for Error {
@@ -155,6 +163,17 @@ impl fmt::Display for Error {
                 MAX_SEMAPHORE_CAPACITY
             ),
             Error::BadPayload(why) => write!(f, "ERR invalid limiter state payload: {why}"),
+            Error::BadDeadline => f.write_str(
+                "ERR DEADLINE must be a Unix time in milliseconds (an integer)",
+            ),
+            Error::DeadlineAhead => write!(
+                f,
+                "ERR DEADLINE is more than {MAX_CLOCK_SKEW_TEXT} after the server's clock: it is a Unix time in milliseconds"
+            ),
+            Error::Late { late_ms } => write!(
+                f,
+                "DEADLINE the call reached the server {late_ms}ms after its deadline; it changed nothing"
+            ),
         }
     }
 }

@@ -10,7 +10,8 @@
 //!   reservations use).
 //! - `error` (the error texts built from the bounds), then `rule` (a validated rule), `ask` (what
 //!   one call asks: algorithm, rule, cost, dry run), `decision` (what every algorithm replies)
-//!   and `parse` (the helpers every command's parser shares).
+//!   and `parse` (the helpers every command's parser shares); `deadline` (a spending call's
+//!   `DEADLINE`, read and judged against the clock).
 //! - `algorithm`: what every algorithm's state answers, under the same names. Under it, the
 //!   algorithms, each with its state's arithmetic and bounds: `gcra` and `bucket` (over the tick
 //!   arithmetic they share, in `rate`), `window`, `sliding`, `log`, and the concurrency
@@ -42,6 +43,7 @@ pub mod algorithm;
 pub mod ask;
 pub mod bounds;
 pub mod bucket;
+pub mod deadline;
 pub mod decision;
 pub mod entries;
 #[cfg(test)]

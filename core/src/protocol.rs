@@ -37,6 +37,7 @@ pub mod token {
     pub const TTL: &str = "TTL";
     pub const ID: &str = "ID";
     pub const FORGET: &str = "FORGET";
+    pub const DEADLINE: &str = "DEADLINE";
 }
 
 /// Reply fields, in the order of the RESP2 array (RESP3 replies are maps with these names).

@@ -1,10 +1,12 @@
-//! `RL.ADMIT key limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP d]]`.
+//! `RL.ADMIT key limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP d]]
+//! [DEADLINE unix-ms]`.
 
 use super::reply::int;
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
 use crate::core::ask::Ask;
+use crate::core::deadline;
 use crate::core::error::Error;
 use crate::core::protocol::command;
 use crate::core::protocol::field;
@@ -35,8 +37,9 @@ fn admit(call: &Call<'_>) -> Result<Decision, CmdError> {
         return Err(Error::Arity(command::ADMIT).into());
     };
     let req = parse_admit(rest)?;
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
+    deadline::check(req.deadline_ms, now)?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let ask = req.ask;
     match req.reserve {
         None => admit_key(call, &mut key, 1, ask, now),

@@ -138,6 +138,13 @@ const DRYRUN_ARG: Arg = Arg {
     ..pure_token(c"DRYRUN", c"dryrun")
 };
 
+const DEADLINE_ARG: Arg = option(
+    c"DEADLINE",
+    c"unix-ms",
+    INTEGER,
+    c"Unix time in ms after which the call changes nothing and answers -DEADLINE",
+);
+
 static RESERVE_ARGS: [Arg; 2] = [
     described(arg(c"id", STRING), c"the reservation id, 1 to 256 bytes"),
     option(
@@ -148,7 +155,7 @@ static RESERVE_ARGS: [Arg; 2] = [
     ),
 ];
 
-pub static ADMIT_ARGS: [Arg; 8] = [
+pub static ADMIT_ARGS: [Arg; 9] = [
     KEY_ARG,
     LIMIT_ARG,
     PERIOD_ARG,
@@ -164,9 +171,10 @@ pub static ADMIT_ARGS: [Arg; 8] = [
         summary: Some(c"admit COST as an estimate, to be settled with RL.SETTLE (gcra, bucket)"),
         subargs: &RESERVE_ARGS,
     },
+    DEADLINE_ARG,
 ];
 
-pub static GRANT_ARGS: [Arg; 7] = [
+pub static GRANT_ARGS: [Arg; 8] = [
     KEY_ARG,
     LIMIT_ARG,
     PERIOD_ARG,
@@ -185,6 +193,7 @@ pub static GRANT_ARGS: [Arg; 7] = [
         STRING,
         c"how long the grant may be spent (default 1s, at most 1d; clamped to the window end)",
     ),
+    DEADLINE_ARG,
 ];
 
 const HOLDER_ARG: Arg = described(arg(c"holder", STRING), c"the lease holder, 1 to 256 bytes");
@@ -193,7 +202,7 @@ const LEASE_ARG: Arg = described(
     c"a duration (1ms to 3650d) after which the slot frees itself",
 );
 
-pub static ACQUIRE_ARGS: [Arg; 4] = [
+pub static ACQUIRE_ARGS: [Arg; 5] = [
     KEY_ARG,
     described(arg(c"capacity", INTEGER), c"slots, 1 to 100000"),
     LEASE_ARG,
@@ -203,6 +212,7 @@ pub static ACQUIRE_ARGS: [Arg; 4] = [
         STRING,
         c"the holder (generated when not given)",
     ),
+    DEADLINE_ARG,
 ];
 
 pub static RELEASE_ARGS: [Arg; 2] = [KEY_ARG, HOLDER_ARG];
@@ -228,7 +238,7 @@ static RULE_ARGS: [Arg; 6] = [
     ALGO_ARG,
 ];
 
-pub static MULTI_ARGS: [Arg; 4] = [
+pub static MULTI_ARGS: [Arg; 5] = [
     described(arg(c"numkeys", INTEGER), c"number of keys, 1 to 32"),
     Arg {
         flags: MULTIPLE,
@@ -243,6 +253,7 @@ pub static MULTI_ARGS: [Arg; 4] = [
         subargs: &RULE_ARGS,
     },
     DRYRUN_ARG,
+    DEADLINE_ARG,
 ];
 
 pub static INFO_ARGS: [Arg; 1] = [KEY_ARG];

@@ -1,10 +1,11 @@
-//! `RL.GRANT key limit period [BURST b] [ALGO a] WANT n [TTL duration]`: leases a chunk of
-//! tokens for local spending.
+//! `RL.GRANT key limit period [BURST b] [ALGO a] WANT n [TTL duration] [DEADLINE unix-ms]`:
+//! leases a chunk of tokens for local spending.
 
 use super::reply::int;
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
+use crate::core::deadline;
 use crate::core::grant::Grant;
 use crate::core::protocol::field;
 use crate::core::request::grant::parse_grant;
@@ -26,8 +27,9 @@ pub fn run(call: &Call<'_>) -> Result<(), CmdError> {
 
 fn grant(call: &Call<'_>) -> Result<Grant, CmdError> {
     let req = parse_grant(call.args.get(2..).unwrap_or_default())?;
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let now = clock::now_us();
+    deadline::check(req.deadline_ms, now)?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let granted = update(call, &mut key, 1, Some((req.algo, req.rule)), |l| {
         let g = l.grant(req.algo, req.rule, req.want, req.ttl_us, now)?;
         Ok((g, (g.granted > 0).then_some(Effect::State)))

@@ -1,4 +1,4 @@
-//! The concurrency semaphore: `RL.ACQUIRE key capacity lease [ID holder]`,
+//! The concurrency semaphore: `RL.ACQUIRE key capacity lease [ID holder] [DEADLINE unix-ms]`,
 //! `RL.RELEASE key holder`, `RL.RENEW key holder lease`, and `RL.LEASESET`, the effect they
 //! propagate.
 
@@ -9,6 +9,7 @@ use super::reply::{int, Value};
 use super::write::{update, Effect};
 use super::{Call, CmdError, Key};
 use crate::clock;
+use crate::core::deadline;
 use crate::core::error::Error;
 use crate::core::request::lease::{parse_acquire, parse_leaseset, parse_release, parse_renew};
 use crate::core::rule::{Algo, MAX_CLOCK_SKEW_US};
@@ -41,9 +42,11 @@ pub fn acquire(call: &Call<'_>) -> Result<(), CmdError> {
 }
 
 fn run_acquire(call: &Call<'_>) -> Result<Acquire, CmdError> {
-    let (rule, holder) = parse_acquire(call.args.get(2..).unwrap_or_default())?;
-    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
+    let req = parse_acquire(call.args.get(2..).unwrap_or_default())?;
+    let (rule, holder) = (req.rule, req.holder);
     let now = clock::now_us();
+    deadline::check(req.deadline_ms, now)?;
+    let mut key = Key::open(call.ctx, call.raw_arg(1))?;
     let acquired = update(call, &mut key, 1, Some((Algo::Semaphore, rule)), |l| {
         let a = l.acquire(rule, holder, now, false)?;
         let effect = a.acquired.then(|| Effect::Lease {

@@ -1,4 +1,5 @@
-//! `RL.MULTI numkeys key [key ...] RULE name limit period [options] [RULE ...] [DRYRUN]`
+//! `RL.MULTI numkeys key [key ...] RULE name limit period [options] [RULE ...] [DRYRUN]
+//! [DEADLINE unix-ms]`
 //!
 //! All or nothing, decided by the core (`core::multi::decide`) in one pass over the keys'
 //! limiters: a refusal changes no key; an admission spends every rule, and their states
@@ -11,6 +12,7 @@ use super::reply::{int, Value};
 use super::write::{load, Effect, Finish, Loaded};
 use super::{Call, CmdError, Key};
 use crate::clock;
+use crate::core::deadline;
 use crate::core::limiter::Limiter;
 use crate::core::multi::decide;
 use crate::core::rate::Decision;
@@ -61,6 +63,7 @@ fn multi<'a>(call: &Call<'_>, args: &'a [&'a [u8]]) -> Result<Outcome<'a>, CmdEr
     let req = parse_multi(args)?;
     let names = req.rules.iter().map(|r| r.name).collect();
     let now = clock::now_us();
+    deadline::check(req.deadline_ms, now)?;
     let first = req.key_positions.start;
     let mut keys: SmallVec<[Key; 8]> = SmallVec::new();
     for pos in req.key_positions.clone() {

@@ -14,6 +14,7 @@ use std::mem::size_of;
 
 use lru::LruCache;
 
+use rl_core::deadline;
 use rl_core::error::Error as CoreError;
 use rl_core::limiter::Limiter;
 use rl_core::multi::decide;
@@ -76,6 +77,11 @@ fn decision(d: &Decision) -> Reply {
 
 fn error(e: CoreError) -> Reply {
     Reply::Error(e.to_string())
+}
+
+/// The request, unless its `DEADLINE` has passed at `now_us`: then the module's refusal.
+fn on_time<R>(request: R, deadline_ms: Option<u64>, now_us: u64) -> Result<R, CoreError> {
+    deadline::check(deadline_ms, now_us).map(|()| request)
 }
 
 impl MemoryStore {
@@ -221,7 +227,7 @@ impl MemoryStore {
     }
 
     fn admit(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
-        let req = match parse_admit(args) {
+        let req = match parse_admit(args).and_then(|r| on_time(r, r.deadline_ms, now_us)) {
             Ok(r) => r,
             Err(e) => return error(e),
         };
@@ -252,6 +258,9 @@ impl MemoryStore {
             Ok(r) => r,
             Err(e) => return error(e),
         };
+        if let Err(e) = deadline::check(req.deadline_ms, now_us) {
+            return error(e);
+        }
         let keys: Vec<Vec<u8>> = req
             .key_positions
             .clone()
@@ -305,7 +314,7 @@ impl MemoryStore {
     }
 
     fn grant(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
-        let req = match parse_grant(args) {
+        let req = match parse_grant(args).and_then(|r| on_time(r, r.deadline_ms, now_us)) {
             Ok(r) => r,
             Err(e) => return error(e),
         };
@@ -329,10 +338,11 @@ impl MemoryStore {
     }
 
     fn acquire(&mut self, key: Vec<u8>, args: &[Vec<u8>], now_us: u64) -> Reply {
-        let (rule, holder) = match parse_acquire(args) {
-            Ok(r) => r,
-            Err(e) => return error(e),
-        };
+        let (rule, holder) =
+            match parse_acquire(args).and_then(|r| on_time(r, r.deadline_ms, now_us)) {
+                Ok(r) => (r.rule, r.holder),
+                Err(e) => return error(e),
+            };
         let Some(mut l) = self.load(&key, Some((Algo::Semaphore, rule)), now_us) else {
             return error(CoreError::Arity(command::ACQUIRE));
         };

@@ -1,6 +1,7 @@
 //! The typed request of `RL.ADMIT`, parsed from the arguments after the key.
 
 use crate::ask::Ask;
+use crate::deadline::parse_deadline;
 use crate::error::{printable, Error};
 use crate::parse::{parse_duration, parse_id, set_once, RuleOptions};
 use crate::protocol::{command, token};
@@ -12,6 +13,8 @@ pub struct AdmitRequest<'a> {
     /// The algorithm, rule, cost and dry run.
     pub ask: Ask,
     pub reserve: Option<Reserve<'a>>,
+    /// `DEADLINE`: Unix milliseconds after which the call changes nothing.
+    pub deadline_ms: Option<u64>,
 }
 
 /// `RESERVE id [KEEP duration]`.
@@ -21,15 +24,15 @@ pub struct Reserve<'a> {
     pub keep_us: u64,
 }
 
-/// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP duration]]`
-/// (the arguments after the key).
+/// Parses `limit period [BURST b] [COST c] [ALGO a] [DRYRUN] [RESERVE id [KEEP duration]]
+/// [DEADLINE unix-ms]` (the arguments after the key).
 pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
         return Err(Error::Arity(command::ADMIT));
     };
     let mut options = RuleOptions::default();
     let mut dry_run = false;
-    let (mut id, mut keep) = (None, None);
+    let (mut id, mut keep, mut deadline) = (None, None, None);
     let mut i = 2;
     while let Some(token) = args.get(i).map(AsRef::as_ref) {
         let taken = options.take(args, i)?;
@@ -47,6 +50,10 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error
                 token::KEEP,
                 parse_duration(v, token::KEEP, MAX_KEEP_US, "7d")?,
             )?;
+            i += 2;
+        } else if token.eq_ignore_ascii_case(token::DEADLINE.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::DEADLINE))?;
+            set_once(&mut deadline, token::DEADLINE, parse_deadline(v)?)?;
             i += 2;
         } else if token.eq_ignore_ascii_case(token::DRYRUN.as_bytes()) {
             if dry_run {
@@ -76,6 +83,7 @@ pub fn parse_admit<A: AsRef<[u8]>>(args: &[A]) -> Result<AdmitRequest<'_>, Error
             id,
             keep_us: keep.unwrap_or(DEFAULT_KEEP_US),
         }),
+        deadline_ms: deadline,
     })
 }
 
@@ -139,6 +147,26 @@ mod tests {
         assert_eq!(
             e(&format!("2 1s RESERVE {}", "x".repeat(257))),
             "ERR RESERVE id must be 1 to 256 bytes"
+        );
+    }
+
+    #[test]
+    fn deadline_anywhere_among_the_options() {
+        assert_eq!(parse("10 1s").unwrap().deadline_ms, None);
+        let r = parse("10 1s DEADLINE 1767225600050 COST 2 deadlinE_ignored").unwrap_err();
+        assert_eq!(r.to_string(), "ERR syntax error near 'deadlinE_ignored'");
+        let r = parse("10 1s COST 2 RESERVE r deadline 1767225600050").unwrap();
+        assert_eq!(r.deadline_ms, Some(1_767_225_600_050));
+        assert_eq!(r.ask.cost, 2);
+        let e = |l: &str| parse(l).unwrap_err().to_string();
+        assert_eq!(e("10 1s DEADLINE"), "ERR DEADLINE needs a value");
+        assert_eq!(
+            e("10 1s DEADLINE 1 DEADLINE 2"),
+            "ERR DEADLINE given more than once"
+        );
+        assert_eq!(
+            e("10 1s DEADLINE 10s"),
+            "ERR DEADLINE must be a Unix time in milliseconds (an integer)"
         );
     }
 

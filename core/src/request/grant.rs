@@ -1,5 +1,6 @@
 //! The typed request of `RL.GRANT`, parsed from the arguments after the key.
 
+use crate::deadline::parse_deadline;
 use crate::error::{printable, Error};
 use crate::parse::{parse_count, parse_duration, set_once, RuleOptions, DAY_US};
 use crate::protocol::{command, token};
@@ -16,15 +17,18 @@ pub struct GrantRequest {
     pub rule: Rule,
     pub want: u64,
     pub ttl_us: u64,
+    /// `DEADLINE`: Unix milliseconds after which the call changes nothing.
+    pub deadline_ms: Option<u64>,
 }
 
-/// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration]` (after the key).
+/// Parses `limit period [BURST b] [ALGO a] WANT n [TTL duration] [DEADLINE unix-ms]` (after
+/// the key).
 pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
     let (Some(limit), Some(period)) = (args.first(), args.get(1)) else {
         return Err(Error::Arity(command::GRANT));
     };
     let mut options = RuleOptions::default();
-    let (mut want, mut ttl) = (None, None);
+    let (mut want, mut ttl, mut deadline) = (None, None, None);
     let mut i = 2;
     while let Some(token) = args.get(i).map(AsRef::as_ref) {
         let taken = options.take(args, i)?;
@@ -47,6 +51,9 @@ pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
                 token::TTL,
                 parse_duration(v, token::TTL, MAX_TTL_US, "1d")?,
             )?;
+        } else if token.eq_ignore_ascii_case(token::DEADLINE.as_bytes()) {
+            let v = value.ok_or(Error::MissingValue(token::DEADLINE))?;
+            set_once(&mut deadline, token::DEADLINE, parse_deadline(v)?)?;
         } else {
             return Err(Error::Syntax(printable(token)));
         }
@@ -62,6 +69,7 @@ pub fn parse_grant<A: AsRef<[u8]>>(args: &[A]) -> Result<GrantRequest, Error> {
         rule,
         want,
         ttl_us: ttl.unwrap_or(DEFAULT_TTL_US),
+        deadline_ms: deadline,
     })
 }
 
@@ -96,6 +104,13 @@ mod tests {
         assert_eq!(
             parse("5 1s WANT 1 TTL 2d").unwrap_err().to_string(),
             "ERR TTL must be between 1ms and 1d"
+        );
+        assert_eq!(parse("5 1s WANT 2").unwrap().deadline_ms, None);
+        let g = parse("5 1s DEADLINE 1767225600050 WANT 2").unwrap();
+        assert_eq!(g.deadline_ms, Some(1_767_225_600_050));
+        assert_eq!(
+            parse("5 1s WANT 2 DEADLINE").unwrap_err().to_string(),
+            "ERR DEADLINE needs a value"
         );
     }
 }

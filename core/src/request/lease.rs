@@ -1,8 +1,9 @@
 //! The semaphore's requests, parsed from the arguments after the key: `RL.ACQUIRE`,
 //! `RL.RELEASE`, `RL.RENEW`, and `RL.LEASESET` (the effect they propagate).
 
+use crate::deadline::parse_deadline;
 use crate::error::{printable, Error};
-use crate::parse::{parse_count, parse_duration, parse_id, parse_u64};
+use crate::parse::{parse_count, parse_duration, parse_id, parse_u64, set_once};
 use crate::protocol::{command, token};
 use crate::rule::{Algo, Rule, MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY};
 
@@ -10,25 +11,46 @@ fn parse_lease(bytes: &[u8]) -> Result<u64, Error> {
     parse_duration(bytes, "lease", MAX_PERIOD_US, MAX_PERIOD_TEXT)
 }
 
-/// Parses `capacity lease [ID holder]` (after the key) into the semaphore's rule and holder.
-pub fn parse_acquire<A: AsRef<[u8]>>(args: &[A]) -> Result<(Rule, Option<&[u8]>), Error> {
-    let (capacity, lease, rest) = match args {
+/// `RL.ACQUIRE`'s request: the semaphore's rule, the holder when given, the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireRequest<'a> {
+    pub rule: Rule,
+    pub holder: Option<&'a [u8]>,
+    /// `DEADLINE`: Unix milliseconds after which the call changes nothing.
+    pub deadline_ms: Option<u64>,
+}
+
+/// Parses `capacity lease [ID holder] [DEADLINE unix-ms]` (after the key).
+pub fn parse_acquire<A: AsRef<[u8]>>(args: &[A]) -> Result<AcquireRequest<'_>, Error> {
+    let (capacity, lease, mut rest) = match args {
         [c, l, rest @ ..] => (c.as_ref(), l.as_ref(), rest),
         _ => return Err(Error::Arity(command::ACQUIRE)),
     };
     let capacity = parse_count(capacity, "capacity", 1, MAX_SEMAPHORE_CAPACITY)?;
     let lease = parse_lease(lease)?;
-    let holder = match rest {
-        [] => None,
-        [token, id] if token.as_ref().eq_ignore_ascii_case(token::ID.as_bytes()) => {
-            Some(parse_id(id.as_ref(), "holder")?)
+    let (mut holder, mut deadline) = (None, None);
+    while let Some((token, tail)) = rest.split_first() {
+        let token = token.as_ref();
+        let name = if token.eq_ignore_ascii_case(token::ID.as_bytes()) {
+            token::ID
+        } else if token.eq_ignore_ascii_case(token::DEADLINE.as_bytes()) {
+            token::DEADLINE
+        } else {
+            return Err(Error::Syntax(printable(token)));
+        };
+        let (value, tail) = tail.split_first().ok_or(Error::MissingValue(name))?;
+        if name == token::ID {
+            set_once(&mut holder, name, parse_id(value.as_ref(), "holder")?)?;
+        } else {
+            set_once(&mut deadline, name, parse_deadline(value.as_ref())?)?;
         }
-        [token] if token.as_ref().eq_ignore_ascii_case(token::ID.as_bytes()) => {
-            return Err(Error::MissingValue(token::ID))
-        }
-        [token, ..] => return Err(Error::Syntax(printable(token.as_ref()))),
-    };
-    Ok((Rule::new(Algo::Semaphore, capacity, lease, None)?, holder))
+        rest = tail;
+    }
+    Ok(AcquireRequest {
+        rule: Rule::new(Algo::Semaphore, capacity, lease, None)?,
+        holder,
+        deadline_ms: deadline,
+    })
 }
 
 /// Parses `holder lease` (after the key) of `RL.RENEW`.
@@ -91,13 +113,24 @@ mod tests {
         let args =
             |l: &'static str| -> Vec<&'static [u8]> { l.split(' ').map(str::as_bytes).collect() };
         let with_id = args("3 60s ID job-7");
-        let (rule, holder) = parse_acquire(&with_id).unwrap();
+        let r = parse_acquire(&with_id).unwrap();
         assert_eq!(
-            (rule.limit(), rule.period_us(), holder),
-            (3, 60 * S, Some(&b"job-7"[..]))
+            (r.rule.limit(), r.rule.period_us(), r.holder, r.deadline_ms),
+            (3, 60 * S, Some(&b"job-7"[..]), None)
         );
-        assert_eq!(parse_acquire(&args("3 60s")).unwrap().1, None);
-        let e = |r: Result<(Rule, Option<&[u8]>), Error>| r.unwrap_err().to_string();
+        assert_eq!(parse_acquire(&args("3 60s")).unwrap().holder, None);
+        for line in [
+            "3 60s DEADLINE 1767225600050 id job-7",
+            "3 60s ID job-7 deadline 1767225600050",
+        ] {
+            let a = args(line);
+            let r = parse_acquire(&a).unwrap();
+            assert_eq!(
+                (r.holder, r.deadline_ms),
+                (Some(&b"job-7"[..]), Some(1_767_225_600_050))
+            );
+        }
+        let e = |r: Result<AcquireRequest<'_>, Error>| r.unwrap_err().to_string();
         let cases = [
             ("0 60s", "ERR capacity must be in the range [1, 100000]"),
             (
@@ -106,6 +139,12 @@ mod tests {
             ),
             ("3 60s ID", "ERR ID needs a value"),
             ("3 60s HOLDER x", "ERR syntax error near 'HOLDER'"),
+            ("3 60s ID a ID b", "ERR ID given more than once"),
+            ("3 60s ID a DEADLINE", "ERR DEADLINE needs a value"),
+            (
+                "3 60s DEADLINE -5",
+                "ERR DEADLINE must be a Unix time in milliseconds (an integer)",
+            ),
         ];
         for (line, want) in cases {
             let a = args(line);

@@ -4,6 +4,7 @@ use crate::protocol::{command, token};
 use smallvec::SmallVec;
 
 use crate::ask::Ask;
+use crate::deadline::parse_deadline;
 use crate::error::{printable, Error};
 use crate::parse::{parse_count, set_once, RuleOptions};
 use crate::rule::{Algo, Rule};
@@ -32,6 +33,8 @@ pub struct MultiRequest<'a> {
     pub key_positions: std::ops::Range<usize>,
     pub rules: SmallVec<[MultiRule<'a>; 8]>,
     pub dry_run: bool,
+    /// `DEADLINE`: Unix milliseconds after which the call changes nothing.
+    pub deadline_ms: Option<u64>,
 }
 
 /// Reads `numkeys` (argument 1) and checks that that many keys follow it. Used on its own to
@@ -46,8 +49,8 @@ pub fn key_range<A: AsRef<[u8]>>(args: &[A]) -> Result<std::ops::Range<usize>, E
     Ok(2..2 + n)
 }
 
-/// Parses `RL.MULTI numkeys key [key ...] RULE name limit period [options] ... [DRYRUN]`,
-/// given every argument including the command name.
+/// Parses `RL.MULTI numkeys key [key ...] RULE name limit period [options] ... [DRYRUN]
+/// [DEADLINE unix-ms]`, given every argument including the command name.
 pub fn parse_multi<A: AsRef<[u8]>>(args: &[A]) -> Result<MultiRequest<'_>, Error> {
     let keys = key_range(args)?;
     let key_args = args.get(keys.clone()).unwrap_or_default();
@@ -61,12 +64,19 @@ pub fn parse_multi<A: AsRef<[u8]>>(args: &[A]) -> Result<MultiRequest<'_>, Error
         }
     }
     let mut rules = SmallVec::new();
-    let mut dry_run = None;
+    let (mut dry_run, mut deadline) = (None, None);
     let mut i = keys.end;
     while let Some(token) = args.get(i).map(AsRef::as_ref) {
         if token.eq_ignore_ascii_case(token::DRYRUN.as_bytes()) {
             set_once(&mut dry_run, token::DRYRUN, ())?;
             i += 1;
+            continue;
+        }
+        if token.eq_ignore_ascii_case(token::DEADLINE.as_bytes()) {
+            let v = args.get(i + 1).map(AsRef::as_ref);
+            let v = v.ok_or(Error::MissingValue(token::DEADLINE))?;
+            set_once(&mut deadline, token::DEADLINE, parse_deadline(v)?)?;
+            i += 2;
             continue;
         }
         if !token.eq_ignore_ascii_case(token::RULE.as_bytes()) {
@@ -106,6 +116,7 @@ pub fn parse_multi<A: AsRef<[u8]>>(args: &[A]) -> Result<MultiRequest<'_>, Error
         key_positions: keys,
         rules,
         dry_run: dry_run.is_some(),
+        deadline_ms: deadline,
     })
 }
 
@@ -136,6 +147,18 @@ mod tests {
         assert_eq!(r.rules[1].rule.period_us(), 60_000_000);
         assert_eq!((r.rules[2].algo, r.rules[2].cost), (Algo::Window, 2));
         assert!(r.dry_run);
+        assert_eq!(r.deadline_ms, None);
+    }
+
+    #[test]
+    fn a_deadline_for_the_whole_call_between_or_after_the_clauses() {
+        for line in [
+            "RL.MULTI 2 a b RULE x 1 1s DEADLINE 1767225600050 RULE y 1 1s",
+            "RL.MULTI 2 a b RULE x 1 1s RULE y 1 1s COST 1 deadline 1767225600050",
+        ] {
+            let r = parse(line).unwrap();
+            assert_eq!((r.rules.len(), r.deadline_ms), (2, Some(1_767_225_600_050)));
+        }
     }
 
     #[test]
@@ -187,6 +210,18 @@ mod tests {
                 "ERR DRYRUN given more than once",
             ),
             ("RL.MULTI 1 a x 5 1s", "ERR syntax error near 'x'"),
+            (
+                "RL.MULTI 1 a RULE x 5 1s DEADLINE",
+                "ERR DEADLINE needs a value",
+            ),
+            (
+                "RL.MULTI 1 a RULE x 5 1s DEADLINE 1 DEADLINE 1",
+                "ERR DEADLINE given more than once",
+            ),
+            (
+                "RL.MULTI 1 a RULE x 5 1s DEADLINE soon",
+                "ERR DEADLINE must be a Unix time in milliseconds (an integer)",
+            ),
         ];
         for (line, want) in cases {
             assert_eq!(parse(line).unwrap_err().to_string(), want, "{line}");

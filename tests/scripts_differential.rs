@@ -38,6 +38,7 @@ const JUNK: &[&str] = &[
     "TTL",
     "ID",
     "RULE",
+    "DEADLINE",
     "leaky",
     "3651d",
     "0ms",
@@ -170,6 +171,24 @@ fn random_command(rng: &mut Rng, prefix: &str) -> Vec<String> {
             args.extend(["RL.INFO".into(), key(rng)]);
         }
     }
+    let spends = matches!(
+        args[0].as_str(),
+        "RL.ADMIT" | "RL.MULTI" | "RL.GRANT" | "RL.ACQUIRE"
+    );
+    if spends && rng.below(4) == 0 {
+        // On time, late, or too far ahead by the servers' clock (this host's).
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let at = match rng.below(4) {
+            0 => now_ms + 600_000,
+            1 => now_ms - 60_000,
+            2 => 0,
+            _ => now_ms + 7_200_000,
+        };
+        args.extend(["DEADLINE".into(), at.to_string()]);
+    }
     args
 }
 
@@ -227,8 +246,13 @@ fn same(command: &str, path: &mut Vec<usize>, a: &Value, b: &Value) -> bool {
 }
 
 /// Redis answers a wrong argument count itself for the module (its declared arity, with the
-/// command's name in lower case); the script answers it with the module's own text.
+/// command's name in lower case); the script answers it with the module's own text. How late a
+/// call was is each server's own clock.
 fn normal_error(text: &str) -> String {
+    if let Some(rest) = text.strip_prefix("DEADLINE the call reached the server ") {
+        let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+        return format!("DEADLINE the call reached the server N{after}");
+    }
     match text.strip_prefix("ERR wrong number of arguments for '") {
         Some(rest) => format!(
             "ERR wrong number of arguments for '{}",
@@ -371,6 +395,60 @@ fn a_forgotten_reservation_is_charged_anew_in_both_modes() {
         "RL.SETTLE fg:1  -1 KEEP",
         "RL.SETTLE fg:1 idem",
     ];
+    module_and_script_agree(&lines, normal_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DEADLINE: a late call changes nothing, in both modes, with the same replies and errors.
+
+#[test]
+fn a_late_call_changes_nothing_in_both_modes() {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (late, soon, ahead) = (now_ms - 2000, now_ms + 600_000, now_ms + 3_700_000);
+    let lines: Vec<String> = [
+        "RL.ADMIT dl:1 10 1h BURST 20 COST 3 DEADLINE {soon}",
+        "RL.ADMIT dl:1 10 1h BURST 20 COST 3 DEADLINE {late}",
+        "RL.ADMIT dl:1 10 1h BURST 20 COST 3 RESERVE r deadline {late}",
+        "RL.INFO dl:1",
+        "RL.ADMIT dl:2 10 1h DRYRUN DEADLINE {late}",
+        "RL.INFO dl:2",
+        "RL.MULTI 2 {dl}:a {dl}:b RULE a 5 1h DEADLINE {late} RULE b 5 1h",
+        "RL.MULTI 2 {dl}:a {dl}:b RULE a 5 1h RULE b 5 1h COST 2 DEADLINE {soon}",
+        "RL.INFO {dl}:b",
+        "RL.GRANT dl:3 100 1h WANT 10 DEADLINE {late}",
+        "RL.INFO dl:3",
+        "RL.GRANT dl:3 100 1h DEADLINE {soon} WANT 10",
+        "RL.ACQUIRE dl:4 1 1h DEADLINE {late} ID h",
+        "RL.INFO dl:4",
+        "RL.ACQUIRE dl:4 1 1h ID h DEADLINE {soon}",
+        "RL.ACQUIRE dl:4 1 1h ID g DEADLINE {late}",
+        "RL.INFO dl:4",
+        // Argument errors first, then the clock.
+        "RL.ADMIT dl:1 10 1 DEADLINE {late}",
+        "RL.ADMIT dl:1 10 1h DEADLINE",
+        "RL.ADMIT dl:1 10 1h DEADLINE 1 DEADLINE 1",
+        "RL.ADMIT dl:1 10 1h DEADLINE 1.5",
+        "RL.ADMIT dl:1 10 1h DEADLINE -1",
+        "RL.ADMIT dl:1 10 1h DEADLINE 99999999999999999999",
+        "RL.ADMIT dl:1 10 1h DEADLINE {ahead}",
+        "RL.ACQUIRE dl:4 1 1h ID a ID b",
+        "RL.ACQUIRE dl:4 1 1h ID a DEADLINE",
+        "RL.MULTI 1 dl:5 RULE a 5 1h DEADLINE 0 DEADLINE 0",
+        "SET dl:6 x",
+        "RL.ADMIT dl:6 10 1h DEADLINE {late}",
+        "RL.INFO dl:1",
+    ]
+    .iter()
+    .map(|l| {
+        l.replace("{late}", &late.to_string())
+            .replace("{soon}", &soon.to_string())
+            .replace("{ahead}", &ahead.to_string())
+    })
+    .collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
     module_and_script_agree(&lines, normal_error);
 }
 

@@ -205,6 +205,39 @@ function R.is(token, name)
   return token:upper() == name
 end
 
+-- DEADLINE unix-ms at args[i]: the value, after checking that none was given before.
+function R.take_deadline(args, i, given)
+  local v = args[i + 1]
+  if v == nil then
+    R.fail('ERR DEADLINE needs a value')
+  end
+  local ms = R.parse_u64(v)
+  if ms == nil then
+    R.fail('ERR DEADLINE must be a Unix time in milliseconds (an integer)')
+  end
+  if given ~= nil then
+    R.fail('ERR DEADLINE given more than once')
+  end
+  return ms
+end
+
+-- Past its DEADLINE by the server's clock (now, the TIME the command decides with), a call
+-- changes nothing: it fails before any key is read (core/src/deadline.rs). A deadline further
+-- ahead than the tolerated clock skew (1h) is refused too.
+function R.check_deadline(deadline_ms, now)
+  if deadline_ms == nil then
+    return
+  end
+  local deadline_us = deadline_ms * MS
+  if now > deadline_us then
+    R.fail('DEADLINE the call reached the server ' .. R.int(R.ms_up(now - deadline_us))
+      .. 'ms after its deadline; it changed nothing')
+  end
+  if deadline_us - now > H then
+    R.fail('ERR DEADLINE is more than 1h after the server\'s clock: it is a Unix time in milliseconds')
+  end
+end
+
 local ALGOS = { 'gcra', 'bucket', 'window', 'sliding', 'log' }
 local FAMILY = { gcra = 'rate', bucket = 'rate', window = 'window', sliding = 'window',
   log = 'log', semaphore = 'semaphore' }
@@ -851,7 +884,7 @@ function R.parse_admit(args)
     R.arity('RL.ADMIT')
   end
   local opts = {}
-  local dry, id, keep = false, nil, nil
+  local dry, id, keep, deadline = false, nil, nil, nil
   local i = 4
   while i <= #args do
     local token = args[i]
@@ -880,6 +913,9 @@ function R.parse_admit(args)
       end
       keep = k
       i = i + 2
+    elseif R.is(token, 'DEADLINE') then
+      deadline = R.take_deadline(args, i, deadline)
+      i = i + 2
     elseif R.is(token, 'DRYRUN') then
       if dry then
         R.fail('ERR DRYRUN given more than once')
@@ -897,15 +933,16 @@ function R.parse_admit(args)
   if id ~= nil and FAMILY[rule.algo] ~= 'rate' then
     R.fail('ERR reservations are only for ALGO gcra and bucket keys')
   end
-  return rule, cost, dry, id, keep or DEFAULT_KEEP_US
+  return rule, cost, dry, id, keep or DEFAULT_KEEP_US, deadline
 end
 
 commands['RL.ADMIT'] = function(args)
-  local rule, cost, dry, id, keep = R.parse_admit(args)
+  local rule, cost, dry, id, keep, deadline = R.parse_admit(args)
   local key = args[1]
   R.check_key(key, 1)
-  local l = R.load(key) or R.fresh(rule)
   local now = R.now_us()
+  R.check_deadline(deadline, now)
+  local l = R.load(key) or R.fresh(rule)
   if id == nil then
     local d, spend = R.decide(l, rule, cost, now)
     if d.allowed and not dry then
@@ -946,7 +983,7 @@ function R.parse_grant(args)
     R.arity('RL.GRANT')
   end
   local opts = {}
-  local want, ttl
+  local want, ttl, deadline
   local i = 4
   while i <= #args do
     local token = args[i]
@@ -973,6 +1010,8 @@ function R.parse_grant(args)
           R.fail('ERR TTL given more than once')
         end
         ttl = n
+      elseif R.is(token, 'DEADLINE') then
+        deadline = R.take_deadline(args, i, deadline)
       else
         R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
       end
@@ -986,15 +1025,16 @@ function R.parse_grant(args)
     R.fail('ERR WANT is required')
   end
   local rule = R.build_rule(opts, args[2], args[3])
-  return rule, want, ttl or S
+  return rule, want, ttl or S, deadline
 end
 
 commands['RL.GRANT'] = function(args)
-  local rule, want, ttl = R.parse_grant(args)
+  local rule, want, ttl, deadline = R.parse_grant(args)
   local key = args[1]
   R.check_key(key, 1)
-  local l = R.load(key) or R.fresh(rule)
   local now = R.now_us()
+  R.check_deadline(deadline, now)
+  local l = R.load(key) or R.fresh(rule)
   local available = R.decide(l, rule, 0, now).remaining
   local granted = math.min(available, want)
   local remaining, retry = available, 0
@@ -1137,21 +1177,31 @@ commands['RL.ACQUIRE'] = function(args)
   local key = args[1]
   local capacity = R.parse_count(args[2], 'capacity', 1, MAX_SEMAPHORE)
   local lease = R.parse_lease(args[3])
-  local holder
-  if #args > 3 then
-    local token = args[4]
-    if #args == 5 and R.is(token, 'ID') then
-      holder = R.parse_id(args[5], 'holder')
-    elseif #args == 4 and R.is(token, 'ID') then
-      R.fail('ERR ID needs a value')
+  local holder, deadline
+  local i = 4
+  while i <= #args do
+    local token = args[i]
+    if R.is(token, 'ID') then
+      if args[i + 1] == nil then
+        R.fail('ERR ID needs a value')
+      end
+      local h = R.parse_id(args[i + 1], 'holder')
+      if holder ~= nil then
+        R.fail('ERR ID given more than once')
+      end
+      holder = h
+    elseif R.is(token, 'DEADLINE') then
+      deadline = R.take_deadline(args, i, deadline)
     else
       R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
     end
+    i = i + 2
   end
   R.check_key(key, 1)
   local rule = { algo = 'semaphore', limit = capacity, period = lease, burst = capacity }
-  local l = R.load_semaphore(key, rule)
   local now = R.now_us()
+  R.check_deadline(deadline, now)
+  local l = R.load_semaphore(key, rule)
   local live, earliest, held = 0, nil, nil
   for i, ls in ipairs(l.leases) do
     if ls[2] > now then
@@ -1252,7 +1302,7 @@ commands['RL.MULTI'] = function(args)
       end
     end
   end
-  local rules, dry = {}, false
+  local rules, dry, deadline = {}, false, nil
   local i = n + 2
   while i <= #args do
     local token = args[i]
@@ -1262,6 +1312,9 @@ commands['RL.MULTI'] = function(args)
       end
       dry = true
       i = i + 1
+    elseif R.is(token, 'DEADLINE') then
+      deadline = R.take_deadline(args, i, deadline)
+      i = i + 2
     elseif not R.is(token, 'RULE') then
       R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
     else
@@ -1289,6 +1342,7 @@ commands['RL.MULTI'] = function(args)
     R.check_key(keys[k], k)
   end
   local now = R.now_us()
+  R.check_deadline(deadline, now)
   local limiters = {}
   for k = 1, n do
     limiters[k] = R.load(keys[k]) or R.fresh(rules[k].rule)

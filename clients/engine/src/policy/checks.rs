@@ -8,7 +8,7 @@ use std::time::Duration;
 use rl_core::rule::{Algo, Rule};
 
 use super::validate::{DEFAULT_FAILURES, DEFAULT_NEGATIVE_ENTRIES, DEFAULT_NEGATIVE_MAX};
-use super::validate::{DEFAULT_OPEN, DEFAULT_RAMP, DEFAULT_TIMEOUT};
+use super::validate::{DEFAULT_OPEN, DEFAULT_RAMP, DEFAULT_SKEW, DEFAULT_TIMEOUT};
 use super::StoreSpec;
 use super::{header_rule, Identity, KeyTemplate, Methods, NegativeCacheSpec, OnStoreError};
 use super::{Overrides, PathTemplate, Policy, RateSpec, Route, Router, RuleKind, RuleSpec};
@@ -18,6 +18,7 @@ impl Default for StoreSpec {
     fn default() -> StoreSpec {
         StoreSpec {
             timeout: DEFAULT_TIMEOUT,
+            skew: DEFAULT_SKEW,
             breaker_failures: DEFAULT_FAILURES,
             breaker_open: DEFAULT_OPEN,
             ramp: DEFAULT_RAMP,

@@ -367,6 +367,9 @@ pub struct NegativeCacheSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreSpec {
     pub timeout: Duration,
+    /// What a spending call's `DEADLINE` adds to the request's own deadline for the skew
+    /// between this clock and the store's (clients/SPEC.md, section 3).
+    pub skew: Duration,
     pub breaker_failures: u32,
     pub breaker_open: Duration,
     pub ramp: Duration,

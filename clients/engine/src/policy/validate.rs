@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rl_core::bounds::{MAX_CLOCK_SKEW_TEXT, MAX_CLOCK_SKEW_US};
 use rl_core::parse::parse_duration;
 use rl_core::request::grant::{DEFAULT_TTL_US, MAX_TTL_US};
 use rl_core::rule::{
@@ -136,6 +137,7 @@ struct RawNegativeCache {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     timeout: Option<String>,
+    skew: Option<String>,
     #[serde(default)]
     breaker: RawBreaker,
     ramp: Option<String>,
@@ -151,6 +153,9 @@ struct RawBreaker {
 pub(super) const DEFAULT_NEGATIVE_MAX: Duration = Duration::from_millis(250);
 pub(super) const DEFAULT_NEGATIVE_ENTRIES: u64 = 100_000;
 pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Clocks kept by NTP agree within milliseconds; a second also covers a host whose clock is
+/// badly kept, and bounds what a stalled store may apply late to a second past its timeout.
+pub(super) const DEFAULT_SKEW: Duration = Duration::from_secs(1);
 pub(super) const DEFAULT_FAILURES: u32 = 5;
 pub(super) const DEFAULT_OPEN: Duration = Duration::from_secs(1);
 pub(super) const DEFAULT_RAMP: Duration = Duration::from_secs(10);
@@ -301,12 +306,27 @@ impl RawPolicy {
                     .map_err(|_| invalid("negative_cache.entries", "is too large"))?,
             },
         };
+        let timeout = optional_duration(
+            "store.timeout",
+            self.store.timeout.as_deref(),
+            DEFAULT_TIMEOUT,
+        )?;
+        // Zero is allowed: a gateway on the store's own host shares its clock.
+        let skew = match self.store.skew.as_deref() {
+            Some("0" | "0ms" | "0s") => Duration::ZERO,
+            text => optional_duration("store.skew", text, DEFAULT_SKEW)?,
+        };
+        if timeout.saturating_add(skew) > Duration::from_micros(MAX_CLOCK_SKEW_US) {
+            return Err(invalid(
+                "store.skew",
+                format!(
+                    "plus store.timeout must be at most {MAX_CLOCK_SKEW_TEXT}, the furthest ahead the module takes a DEADLINE"
+                ),
+            ));
+        }
         let store = StoreSpec {
-            timeout: optional_duration(
-                "store.timeout",
-                self.store.timeout.as_deref(),
-                DEFAULT_TIMEOUT,
-            )?,
+            timeout,
+            skew,
             breaker_failures: match self.store.breaker.failures.unwrap_or(DEFAULT_FAILURES) {
                 0 => return Err(invalid("store.breaker.failures", "must be at least 1")),
                 n => n,

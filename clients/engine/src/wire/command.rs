@@ -10,7 +10,7 @@ use rl_core::rule::Algo;
 
 use super::{Args, Error};
 
-/// `RL.ADMIT key limit period [BURST] [COST] [ALGO] [DRYRUN] [RESERVE id [KEEP]]`.
+/// `RL.ADMIT key limit period [BURST] [COST] [ALGO] [DRYRUN] [RESERVE id [KEEP]] [DEADLINE]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admit {
     pub key: Vec<u8>,
@@ -22,6 +22,9 @@ pub struct Admit {
     pub dry_run: bool,
     /// `RESERVE id`, and `KEEP` when given (the module's default is `1h`).
     pub reserve: Option<(Vec<u8>, Option<Duration>)>,
+    /// `DEADLINE`: Unix milliseconds after which the server must not run the call (it then
+    /// changes nothing and answers `DEADLINE ...`).
+    pub deadline_ms: Option<u64>,
 }
 
 impl Admit {
@@ -35,6 +38,7 @@ impl Admit {
             algo: None,
             dry_run: false,
             reserve: None,
+            deadline_ms: None,
         }
     }
 
@@ -63,6 +67,12 @@ impl Admit {
         self
     }
 
+    /// Past `unix_ms` by the server's clock, the call changes nothing (commands.md, DEADLINE).
+    pub fn deadline(mut self, unix_ms: u64) -> Admit {
+        self.deadline_ms = Some(unix_ms);
+        self
+    }
+
     pub fn args(&self) -> Result<Args, Error> {
         let mut cmd = Args::new(command::ADMIT);
         cmd.arg(&self.key)
@@ -78,6 +88,7 @@ impl Admit {
                 cmd.arg(token::KEEP).arg(duration_arg(*keep, "KEEP")?);
             }
         }
+        deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
     }
 }
@@ -129,11 +140,14 @@ impl MultiRule {
     }
 }
 
-/// `RL.MULTI numkeys key ... RULE ... [DRYRUN]`: all or nothing over several keys.
+/// `RL.MULTI numkeys key ... RULE ... [DRYRUN] [DEADLINE]`: all or nothing over several keys.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Multi {
     pub rules: Vec<MultiRule>,
     pub dry_run: bool,
+    /// `DEADLINE`: Unix milliseconds after which the server must not run the call (it then
+    /// changes nothing and answers `DEADLINE ...`).
+    pub deadline_ms: Option<u64>,
 }
 
 impl Multi {
@@ -141,11 +155,18 @@ impl Multi {
         Multi {
             rules,
             dry_run: false,
+            deadline_ms: None,
         }
     }
 
     pub fn dry_run(mut self) -> Multi {
         self.dry_run = true;
+        self
+    }
+
+    /// Past `unix_ms` by the server's clock, the call changes nothing (commands.md, DEADLINE).
+    pub fn deadline(mut self, unix_ms: u64) -> Multi {
+        self.deadline_ms = Some(unix_ms);
         self
     }
 
@@ -169,11 +190,12 @@ impl Multi {
         if self.dry_run {
             cmd.arg(token::DRYRUN);
         }
+        deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
     }
 }
 
-/// `RL.GRANT key limit period [BURST] [ALGO] WANT n [TTL]`.
+/// `RL.GRANT key limit period [BURST] [ALGO] WANT n [TTL] [DEADLINE]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub key: Vec<u8>,
@@ -184,6 +206,9 @@ pub struct Grant {
     pub want: u64,
     /// The module's default is `1s`.
     pub ttl: Option<Duration>,
+    /// `DEADLINE`: Unix milliseconds after which the server must not run the call (it then
+    /// changes nothing and answers `DEADLINE ...`).
+    pub deadline_ms: Option<u64>,
 }
 
 impl Grant {
@@ -196,6 +221,7 @@ impl Grant {
             algo: None,
             want,
             ttl: None,
+            deadline_ms: None,
         }
     }
 
@@ -214,6 +240,12 @@ impl Grant {
         self
     }
 
+    /// Past `unix_ms` by the server's clock, the call changes nothing (commands.md, DEADLINE).
+    pub fn deadline(mut self, unix_ms: u64) -> Grant {
+        self.deadline_ms = Some(unix_ms);
+        self
+    }
+
     pub fn args(&self) -> Result<Args, Error> {
         let mut cmd = Args::new(command::GRANT);
         cmd.arg(&self.key)
@@ -224,11 +256,12 @@ impl Grant {
         if let Some(ttl) = self.ttl {
             cmd.arg(token::TTL).arg(duration_arg(ttl, "TTL")?);
         }
+        deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
     }
 }
 
-/// `RL.ACQUIRE key capacity lease [ID holder]`.
+/// `RL.ACQUIRE key capacity lease [ID holder] [DEADLINE]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquire {
     pub key: Vec<u8>,
@@ -237,6 +270,9 @@ pub struct Acquire {
     /// Pass one whenever a reply may be lost: a retry with it renews instead of taking a
     /// second slot, while a generated holder is known only from the reply.
     pub holder: Option<Vec<u8>>,
+    /// `DEADLINE`: Unix milliseconds after which the server must not run the call (it then
+    /// changes nothing and answers `DEADLINE ...`).
+    pub deadline_ms: Option<u64>,
 }
 
 impl Acquire {
@@ -246,11 +282,18 @@ impl Acquire {
             capacity,
             lease,
             holder: None,
+            deadline_ms: None,
         }
     }
 
     pub fn holder(mut self, holder: impl Into<Vec<u8>>) -> Acquire {
         self.holder = Some(holder.into());
+        self
+    }
+
+    /// Past `unix_ms` by the server's clock, the call changes nothing (commands.md, DEADLINE).
+    pub fn deadline(mut self, unix_ms: u64) -> Acquire {
+        self.deadline_ms = Some(unix_ms);
         self
     }
 
@@ -262,6 +305,7 @@ impl Acquire {
         if let Some(holder) = &self.holder {
             cmd.arg(token::ID).arg(holder);
         }
+        deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
     }
 }
@@ -296,6 +340,13 @@ pub fn info(key: &[u8]) -> Args {
     let mut cmd = Args::new(command::INFO);
     cmd.arg(key);
     cmd
+}
+
+/// `DEADLINE unix-ms`, last, when given.
+fn deadline_arg(cmd: &mut Args, deadline_ms: Option<u64>) {
+    if let Some(ms) = deadline_ms {
+        cmd.arg(token::DEADLINE).arg(ms);
+    }
 }
 
 fn rule_options(cmd: &mut Args, burst: Option<u64>, cost: Option<u64>, algo: Option<Algo>) {
@@ -375,11 +426,12 @@ mod tests {
             .algo(Algo::Bucket)
             .dry_run()
             .reserve("exp-1", Some(Duration::from_secs(600)))
+            .deadline(1_767_225_601_050)
             .args()
             .unwrap();
         assert_eq!(
             words(&cmd).join(" "),
-            "RL.ADMIT u:1 2 1s BURST 20 COST 3 ALGO bucket DRYRUN RESERVE exp-1 KEEP 10m"
+            "RL.ADMIT u:1 2 1s BURST 20 COST 3 ALGO bucket DRYRUN RESERVE exp-1 KEEP 10m DEADLINE 1767225601050"
         );
         let plain = Admit::new("u:1", 2, Duration::from_millis(250))
             .args()
@@ -396,11 +448,12 @@ mod tests {
                 .algo(Algo::Window),
         ])
         .dry_run()
+        .deadline(7)
         .args()
         .unwrap();
         assert_eq!(
             words(&cmd).join(" "),
-            "RL.MULTI 2 {t}:u {t} RULE user 2 1s BURST 20 RULE tenant 1000 1m COST 2 ALGO window DRYRUN"
+            "RL.MULTI 2 {t}:u {t} RULE user 2 1s BURST 20 RULE tenant 1000 1m COST 2 ALGO window DRYRUN DEADLINE 7"
         );
     }
 
@@ -417,6 +470,14 @@ mod tests {
         assert_eq!(
             words(&a.args().unwrap()).join(" "),
             "RL.ACQUIRE s 3 1m ID job-1"
+        );
+        assert_eq!(
+            words(&g.deadline(9).args().unwrap()).join(" "),
+            "RL.GRANT g 40000 1s BURST 10000 WANT 100 TTL 250ms DEADLINE 9"
+        );
+        assert_eq!(
+            words(&a.deadline(9).args().unwrap()).join(" "),
+            "RL.ACQUIRE s 3 1m ID job-1 DEADLINE 9"
         );
         assert_eq!(words(&release(b"s", b"h")).join(" "), "RL.RELEASE s h");
         assert_eq!(

@@ -62,7 +62,8 @@ impl Pending {
             grant.want.max(cost),
         )
         .algo(rate.algo)
-        .ttl(grant.ttl);
+        .ttl(grant.ttl)
+        .deadline(deadline_ms(self.deadline, &ctx.policy));
         if rate.burst_given {
             request = request.burst(rate.rule.burst());
         }
@@ -100,6 +101,7 @@ impl Pending {
         });
         let args = Acquire::new(key.clone(), sem.concurrency, sem.lease)
             .holder(holder)
+            .deadline(deadline_ms(self.deadline, &ctx.policy))
             .args()
             .ok()?;
         self.expect.push(Expect::Acquire { index });
@@ -121,6 +123,7 @@ impl Pending {
         }
         let args = admit_of(k.key.as_bytes(), rate, k.cost)
             .reserve(self.id.clone(), None)
+            .deadline(deadline_ms(self.deadline, &ctx.policy))
             .args()
             .ok()?;
         self.expect.push(Expect::Reserve { index });
@@ -198,12 +201,13 @@ impl Pending {
                 rules.push(rule);
             }
         }
+        let deadline_ms = deadline_ms(self.deadline, &ctx.policy);
         let mut calls = Vec::with_capacity(groups.len());
         for (_, names, rules) in groups {
             let Some(key) = rules.first().map(|r| r.key.clone()) else {
                 continue;
             };
-            let Ok(args) = Multi::new(rules).args() else {
+            let Ok(args) = Multi::new(rules).deadline(deadline_ms).args() else {
                 continue;
             };
             self.expect.push(Expect::Multi { names });
@@ -226,7 +230,8 @@ impl Pending {
                 continue;
             }
             let key = k.store_key().into_bytes();
-            let admit = admit_of(key.clone(), rate, k.cost);
+            let admit = admit_of(key.clone(), rate, k.cost)
+                .deadline(deadline_ms(self.deadline, &ctx.policy));
             let admit = if k.spend { admit } else { admit.dry_run() };
             if let Ok(args) = admit.args() {
                 calls.push(Call { args, key });
@@ -271,6 +276,17 @@ impl Pending {
             .saturating_add(ctx.policy.store.timeout);
         Some(Step::Calls { calls, deadline })
     }
+}
+
+/// The `DEADLINE` of a request's spending calls, in Unix milliseconds: the request's deadline
+/// plus `store.skew` for the clocks' disagreement. A call the store runs later than that changes
+/// nothing, so one the request gave up on (decided by its posture) is not also spent when a
+/// stalled store catches up. Rounded up: never earlier than the request's own deadline.
+fn deadline_ms(deadline: Instant, policy: &crate::policy::Policy) -> u64 {
+    deadline
+        .saturating_add(policy.store.skew)
+        .as_micros()
+        .div_ceil(1000)
 }
 
 /// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it, for `cost` units.

@@ -147,7 +147,10 @@ impl Pending {
             if !k.asks() {
                 continue;
             }
-            if let Ok(args) = admit_of(k.key.as_bytes(), rate, k.cost).dry_run().args() {
+            let ask = admit_of(k.key.as_bytes(), rate, k.cost)
+                .dry_run()
+                .deadline(deadline_ms(self.deadline, &ctx.policy));
+            if let Ok(args) = ask.args() {
                 calls.push(Call {
                     args,
                     key: k.key.clone().into_bytes(),

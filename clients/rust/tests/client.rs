@@ -370,6 +370,79 @@ async fn a_store_that_cannot_answer_is_unavailable_never_a_refusal() {
     assert_eq!(common::command_calls(&mut server.conn(), "rl.admit"), 1);
 }
 
+/// The server's clock in Unix milliseconds (the one a `DEADLINE` is judged by; this host's).
+fn unix_ms() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(now.as_millis()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_by_its_deadline_is_not_spent_when_the_server_catches_up() {
+    let server = Server::start();
+    let conn = redis::Client::open(url(&server, false))
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Duration::from_millis(200))
+                .set_connection_timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let rl = Rl::new(conn);
+    let (with, without) = (Admit::new("with", 1, HOUR), Admit::new("without", 1, HOUR));
+    // On time, each option is the call without it (and the mode is known before the stall).
+    let soon = unix_ms() + 10_000;
+    let k = |name: &str| format!("{{t}}:{name}");
+    assert!(
+        rl.admit(&Admit::new(k("a"), 1, HOUR).deadline(soon))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let multi = Multi::new(vec![MultiRule::new("m", k("m"), 1, HOUR)]).deadline(soon);
+    assert!(rl.multi(&multi).await.unwrap().allowed);
+    let grant = Grant::new(k("g"), 10, HOUR, 4).deadline(soon);
+    assert_eq!(rl.grant(&grant).await.unwrap().granted, 4);
+    let acquire = Acquire::new(k("s"), 1, HOUR).holder("h").deadline(soon);
+    assert!(rl.acquire(&acquire).await.unwrap().acquired);
+
+    // Both calls are sent while the server sleeps and are cut by the client's timeout; the
+    // server runs them when it wakes, and only the one without a deadline spends.
+    let sleeper = std::thread::spawn({
+        let mut c = server.conn();
+        move || {
+            redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg("2")
+                .query::<()>(&mut c)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let e = rl
+        .admit(&with.clone().deadline(unix_ms() + 200))
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    let e = rl.admit(&without).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    sleeper.join().unwrap().unwrap();
+    assert!(
+        rl.admit(&with).await.unwrap().allowed,
+        "the late call spent"
+    );
+    assert!(!rl.admit(&without).await.unwrap().allowed);
+
+    // A call that reaches the server late answers DEADLINE: the store could not take it in
+    // time, as for a timeout, and it changed nothing.
+    let late = Admit::new(k("late"), 1, HOUR).deadline(unix_ms() - 1000);
+    let e = rl.admit(&late).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(e.to_string().contains("the call reached the server"), "{e}");
+    assert_eq!(rl.info(k("late").as_bytes()).await.unwrap(), None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_busy_with_a_script_is_unavailable() {
     let server = Server::start_with(&["--busy-reply-threshold", "100"]);

@@ -23,3 +23,4 @@ mod rls_config;
 mod rls_envoy_protos;
 mod rls_reference;
 mod rls_store;
+mod stall;

@@ -93,6 +93,14 @@ impl Gateway {
         assert!(status.success());
     }
 
+    /// Reads the log in the background and drops it: a gateway that logs more than a pipe holds
+    /// (64 KiB: a few hundred decision records) would otherwise block on its next line.
+    pub fn discard_log(&mut self) {
+        if let Some(mut err) = self.stderr.take() {
+            std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        }
+    }
+
     /// Waits for the process to exit (at most `within`), with its exit code and its log.
     pub fn wait(mut self, within: Duration) -> (Option<i32>, String) {
         let deadline = std::time::Instant::now() + within;

@@ -9,8 +9,8 @@ gateways) on 127.0.0.1 with real processes, and prints today's figures.
 finding runs on every gateway, one gateway at a time. Each finding starts a fresh gateway (and
 flushes Redis): state left by one finding never reaches the next. What each check sends and what
 it counts is in clients/hostile/README.md. This is measurement: a figure is printed, a "pass" or
-"FAIL" is the comparison with the rule of ../../shared/CLIENTS.md section 12 named in the README,
-and nothing here changes product code.
+"FAIL" is the comparison with the rule of clients/CONTRACT.md section 12 ("What no caller and no
+fault may do") named in the README, and nothing here changes product code.
 
 Needs: Python 3.11 stdlib, redis-py (in clients/python/.venv), /usr/bin/redis-server, the module
 (target/release/librl.so), and the gateways built as their READMEs say.

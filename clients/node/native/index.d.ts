@@ -36,6 +36,19 @@ export declare class Engine {
    * breaker failure. A request no route matches passes when the default has no rules.
    */
   shed(request: RequestIn, headers: object, nowUs: number): VerdictOut
+  /**
+   * How a store call that missed its deadline ended: `{"fail": "overloaded"}` when the
+   * driver's event loop ran late, since the call was sent, by `lateMs` against the
+   * `windowMs` the call had (the gateway's own overload: shed, and not the breaker's
+   * failure), else `{"fail": "timeout"}`. The share and the floor are the engine's, the
+   * same for every driver.
+   */
+  missed(windowMs: number, lateMs: number): { fail: 'timeout' | 'overloaded' }
+  /**
+   * Whether a new request is shed before it is decided (`shed`): the event loop is stalled
+   * now, the tick now due overdue by `stalledMs`, by two store timeouts or more.
+   */
+  saturated(stalledMs: number): boolean
   /** Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`. */
   storeMode(mode: string): void
   /** The events recorded since the last call (with `events: true`), oldest first. */

@@ -163,6 +163,13 @@ class Engine:
         (str, or UTF-8 bytes), the units it takes (1 when not given; 0 only asks whether one
         unit would pass). The verdict's `checks` give each one's outcome."""
     def resume(self, pending: Pending, answers: List[Any], now: int) -> Step: ...
+    def missed(self, window_us: int, late_us: int) -> Answer:
+        """How a call that missed its deadline ended: `overloaded()` when the driver's loop ran
+        late since the call was sent by `late_us`, against the `window_us` the call had (the
+        gateway's own overload), else `timeout()`."""
+    def saturated(self, stalled_us: int) -> bool:
+        """Whether a new request is shed before it is decided (`shed`): the loop's tick now
+        due is overdue by `stalled_us`, two store timeouts or more."""
     def shed(self, method: str, path: str, headers: List[Tuple[bytes, bytes]],
              peer: Optional[str], now: int, user: Optional[str] = None,
              tenant: Optional[str] = None, case_insensitive: bool = False) -> Verdict:

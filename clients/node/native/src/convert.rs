@@ -4,6 +4,7 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rl_engine::engine::{Check, CheckOutcome, CheckSource};
 use rl_engine::{Answer, Call, Instant, Policy, Reply, Step, Verdict};
@@ -12,6 +13,16 @@ use serde_json::Value;
 pub(crate) fn instant(us: f64) -> Instant {
     // The driver's clock is Unix microseconds, well within a double's exact integers.
     Instant::from_micros(us.max(0.0) as u64)
+}
+
+/// A duration the driver measured in milliseconds; a negative or NaN one is none, one too
+/// long for a `Duration` the longest.
+pub(crate) fn duration(ms: f64) -> Duration {
+    Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(if ms > 0.0 {
+        Duration::MAX
+    } else {
+        Duration::ZERO
+    })
 }
 
 pub(crate) fn text(bytes: &[u8]) -> String {

@@ -11,15 +11,15 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use rl_engine::memory::MemoryStore as CoreStore;
 use rl_engine::metrics::{Event, MetricsHook};
-use rl_engine::{Caller, Metrics, Mode, Options, Policy, Request, Step};
+use rl_engine::{Answer, Caller, Metrics, Mode, Options, Policy, Request, Step};
 use serde_json::Value;
 
 mod convert;
 mod events;
 
 use convert::{
-    answer_of, calls_out, checks_in, instant, json_of, read_headers, reason, step_out, verdict_out,
-    CallOut, CheckIn, StepOut, VerdictOut,
+    answer_of, calls_out, checks_in, duration, instant, json_of, read_headers, reason, step_out,
+    verdict_out, CallOut, CheckIn, StepOut, VerdictOut,
 };
 use events::{EventOut, Queue};
 
@@ -209,6 +209,27 @@ impl Engine {
         with_request(request, &headers, |req| {
             verdict_out(self.engine.shed(req, instant(now_us)))
         })
+    }
+
+    /// How a store call that missed its deadline ended: `{"fail": "overloaded"}` when the
+    /// driver's event loop ran late, since the call was sent, by `lateMs` against the
+    /// `windowMs` the call had (the gateway's own overload: shed, and not the breaker's
+    /// failure), else `{"fail": "timeout"}`. The share and the floor are the engine's, the
+    /// same for every driver.
+    #[napi(ts_return_type = "{ fail: 'timeout' | 'overloaded' }")]
+    pub fn missed(&self, window_ms: f64, late_ms: f64) -> Value {
+        let fail = match self.engine.missed(duration(window_ms), duration(late_ms)) {
+            Answer::Overloaded => "overloaded",
+            _ => "timeout",
+        };
+        serde_json::json!({ "fail": fail })
+    }
+
+    /// Whether a new request is shed before it is decided (`shed`): the event loop is stalled
+    /// now, the tick now due overdue by `stalledMs`, by two store timeouts or more.
+    #[napi]
+    pub fn saturated(&self, stalled_ms: f64) -> bool {
+        self.engine.saturated(duration(stalled_ms))
     }
 
     /// Reports the store's mode (`module` or `script`) as `rl_gateway_store_mode`.

@@ -17,18 +17,6 @@ import { PolicyError, PolicyStore } from './policy.js';
 // on its own, a reservation stays at its estimate.
 const BACKGROUND_TIMEOUT_MS = 1000;
 
-// A call that misses its deadline while the event loop ran later than this share of the time the
-// call had (what was left of the request's deadline when it was sent) may well have been answered
-// in time and not read: the gateway's own overload, which the breaker does not count. (A call
-// sent late in a request has a few milliseconds; a loop running 10 ms late reads its reply after
-// them, whatever the store did.)
-const OVERLOADED_SHARE = 0.25;
-const OVERLOADED = { fail: 'overloaded' };
-// A loop running this many deadlines late sheds new requests before deciding them: their
-// replies would wait that long to be read. (At one deadline, a flood of 200 connections on two
-// cores shed most of the requests that the turn of grace in sendAll decides in time.)
-const SHED_DEADLINES = 2;
-
 // The engine's clock: Unix microseconds at the first reading, moved on by the monotonic clock,
 // so a wall-clock step never moves it.
 const WALL_US = Date.now() * 1000;
@@ -85,11 +73,12 @@ function failure(err) {
 
 // Sends the calls in order until `deadline` (µs); those not answered by then are missing, which
 // the engine counts as timeouts. After the deadline the client sends nothing more for them. When
-// the loop ran late since the request began (`since`, performance.now() ms) by a share of the
-// time the calls had, the replies that arrived meanwhile may not have been read yet: they get one
-// more turn of the loop (an immediate runs after the loop has read its sockets), and the calls
-// still missing after it are the gateway's own overload.
-async function sendAll(rl, calls, deadline, since) {
+// the engine judges how late the loop ran since the calls were sent, against the time they had,
+// to be the gateway's own overload (Engine.missed), the replies that arrived meanwhile may not
+// have been read yet: they get one more turn of the loop (an immediate runs after the loop has
+// read its sockets), and the calls still missing after it are that overload.
+async function sendAll(engine, rl, calls, deadline) {
+  const sent = performance.now();
   const answers = [];
   const cancel = { cancelled: false };
   let taken = false;
@@ -123,11 +112,11 @@ async function sendAll(rl, calls, deadline, since) {
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1000);
   const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
-  const overloaded = missed && loopLag().since(since) >= OVERLOADED_SHARE * ms;
-  if (overloaded) await new Promise((r) => setImmediate(r));
+  const overloaded = missed ? engine.missed(ms, loopLag().since(sent)) : null;
+  if (overloaded?.fail === 'overloaded') await new Promise((r) => setImmediate(r));
   taken = true;
   const got = answers.slice();
-  if (overloaded) while (got.length < calls.length) got.push(OVERLOADED);
+  if (overloaded?.fail === 'overloaded') while (got.length < calls.length) got.push(overloaded);
   return got;
 }
 
@@ -175,8 +164,6 @@ export class Gateway {
     }
     this.warn();
     this.lag = loopLag();
-    // The store's deadline, learned from the engine's first calls (and again after a reload).
-    this.timeoutMs = null;
     this.rl = this.client(options.store);
     // The server blocks a connection while its WAIT waits: durable routes go on their own.
     this.durable = options.durableStore ? this.client(options.durableStore) : this.rl;
@@ -248,8 +235,9 @@ export class Gateway {
   async decide(req) {
     const request = { method: req.method, path: req.path, latin1: true, peer: req.peer, caseInsensitive: req.caseInsensitive };
     const headers = req.headersDistinct ?? req.headers;
-    // Shed before any work when the loop runs too late to read this request's replies in time.
-    if (this.timeoutMs !== null && this.lag.current() >= SHED_DEADLINES * this.timeoutMs) {
+    // Shed before any work when the loop is stalled too long to read this request's replies in
+    // time (the engine's rule).
+    if (this.engine.saturated(this.lag.stalled())) {
       return this.answer(this.engine.shed(request, headers, nowUs()));
     }
     // A request that passes untouched (no route, a default without rules) is not looked up either.
@@ -257,9 +245,8 @@ export class Gateway {
       const c = (await this.identify(req)) ?? {};
       request.caller = { user: c.user || undefined, tenant: c.tenant || undefined };
     }
-    const since = performance.now();
     const started = nowUs();
-    return this.drive(this.engine.begin(request, headers, started), started, since);
+    return this.drive(this.engine.begin(request, headers, started), started);
   }
 
   // Decides keyed checks (what a face that is not HTTP translates its requests into, as the Envoy
@@ -271,14 +258,13 @@ export class Gateway {
   // one's { over, remaining?, resetAfterMs?, retryAfterMs?, source }, in order; `done()` releases
   // a semaphore's slot.
   async check(route, checks) {
-    const since = performance.now();
     const started = nowUs();
-    return this.drive(this.engine.check(route, checks, started), started, since, true);
+    return this.drive(this.engine.check(route, checks, started), started, true);
   }
 
   // Runs a decision's steps until its verdict: the calls under the engine's deadline, the waits.
   // `keyed`: the decision carries each check's outcome.
-  async drive(pending, started, since, keyed = false) {
+  async drive(pending, started, keyed = false) {
     const rl = pending.isDurable() ? this.durable : this.rl;
     let step = pending.first();
     while (step.kind !== 'done') {
@@ -288,8 +274,7 @@ export class Gateway {
         await sleep((step.until - nowUs()) / 1000);
         step = pending.resume([], nowUs());
       } else {
-        this.timeoutMs = (step.deadline - started) / 1000;
-        const answers = await sendAll(rl, step.calls, step.deadline, since);
+        const answers = await sendAll(this.engine, rl, step.calls, step.deadline);
         step = pending.resume(answers, nowUs());
       }
     }

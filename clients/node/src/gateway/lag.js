@@ -2,8 +2,10 @@
 // the timer of a store call's deadline fires long after it was due, and a reply that arrived in
 // time waits behind the other callbacks to be read. A call that misses its deadline while the
 // loop ran that late tells nothing about the store (clients/CONTRACT.md section 12), so the
-// gateway tells them apart with a timer of its own: every RESOLUTION_MS it notes how much
-// later than due it ran. Unref'd, it never keeps the process alive; one serves every gateway.
+// gateway measures it with a timer of its own: every RESOLUTION_MS it notes how much later than
+// due it ran. What the lateness means is the engine's to judge (Engine.missed and
+// Engine.saturated, clients/SPEC.md section 7). Unref'd, it never keeps the process alive; one
+// serves every gateway.
 import { performance } from 'node:perf_hooks';
 
 const RESOLUTION_MS = 10;
@@ -35,21 +37,17 @@ class LoopLag {
     return Math.max(0, performance.now() - this.due);
   }
 
-  // How late the loop runs now (ms): the last tick's lateness or the stall under way.
-  current() {
-    return Math.max(this.stalled(), this.late[(this.next + KEPT - 1) % KEPT]);
-  }
-
-  // The latest the loop ran (ms) since `since` (performance.now() ms), the stall under way
-  // included.
+  // The latest the loop ran (ms) after `since` (performance.now() ms), the stall under way
+  // included. A tick's lateness counts from when it was due or from `since`, whichever is later:
+  // lateness that began before (a tick already overdue when a call was sent) is not the call's.
   since(since) {
-    let worst = this.stalled();
+    let worst = performance.now() - Math.max(this.due, since);
     for (let n = 1; n <= KEPT; n++) {
       const i = (this.next + KEPT - n) % KEPT;
       if (this.at[i] < since) break;
-      worst = Math.max(worst, this.late[i]);
+      worst = Math.max(worst, Math.min(this.late[i], this.at[i] - since));
     }
-    return worst;
+    return Math.max(0, worst);
   }
 }
 

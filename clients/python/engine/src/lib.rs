@@ -10,6 +10,7 @@ mod verdict;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -221,6 +222,25 @@ impl Engine {
             case_insensitive,
         };
         verdict(py, self.inner.shed(&request, Instant::from_micros(now)))
+    }
+
+    /// How a store call that missed its deadline ended: `overloaded()` when the driver's loop
+    /// ran late, since the call was sent, by `late_us` against the `window_us` the call had
+    /// (the gateway's own overload: shed, and not the breaker's failure), else `timeout()`. The
+    /// share and the floor are the engine's, the same for every driver.
+    fn missed(&self, window_us: u64, late_us: u64) -> Answer {
+        Answer {
+            inner: self.inner.missed(
+                Duration::from_micros(window_us),
+                Duration::from_micros(late_us),
+            ),
+        }
+    }
+
+    /// Whether a new request is shed before it is decided (`shed`): the driver's loop is
+    /// stalled now, the tick now due overdue by `stalled_us`, by two store timeouts or more.
+    fn saturated(&self, stalled_us: u64) -> bool {
+        self.inner.saturated(Duration::from_micros(stalled_us))
     }
 
     /// Feeds the answers to the last step's calls (a reply as redis-py returned it, or an

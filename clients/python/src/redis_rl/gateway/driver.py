@@ -36,14 +36,6 @@ PolicyInput = Union[str, "os.PathLike[str]", dict]
 BACKGROUND_TIMEOUT = 1.0
 RETRY_PAUSE = 0.05
 
-# The gateway's own overload (clients/SPEC.md, gateway behaviour, section 7): a store call that
-# missed its deadline while the event loop ran late by this share of the time the call had (what
-# was left of the request's deadline when it was sent: one sent late in a request has a few
-# milliseconds) was not the store's failure (its reply may have been waiting to be read), and
-# while the loop runs two store timeouts late a new request is shed before any store call (as
-# the Node gateway does).
-OVERLOAD_SHARE = 0.25
-
 # The engine's clock: Unix microseconds at import, moved on by the monotonic clock, so a
 # wall-clock step never moves it (the fallback limiters read it as the module reads its own).
 _WALL_US = time.time_ns() // 1000
@@ -146,7 +138,9 @@ async def _send_each(store: AsyncClient, calls: Iterable[engine.Call]) -> None:
 class _LoopLag:
     """How late the event loop runs: a callback scheduled every INTERVAL notes how late it ran,
     which is how long every ready callback waits. Ticks stop after IDLE seconds without a
-    request and start again with the next."""
+    request and start again with the next. What lateness means for a request (the gateway's
+    own overload, clients/SPEC.md section 7) is the engine's to judge: `Engine.missed` and
+    `Engine.saturated`."""
 
     INTERVAL = 0.01
     IDLE = 1.0
@@ -184,16 +178,29 @@ class _LoopLag:
         else:
             self._loop = None
 
-    def since(self, start: float) -> float:
-        """The most the loop ran late from `start` (its time) to now, in seconds."""
+    def stalled(self) -> float:
+        """The stall under way: how long the tick now due has waited for the loop, in
+        seconds (0 when it is not yet due, or no tick runs)."""
         if self._loop is None:
             return 0.0
-        late = self._loop.time() - self._due  # the next tick, overdue
+        return max(0.0, self._loop.time() - self._due)
+
+    def since(self, start: float) -> float:
+        """The most the loop ran late after `start` (its time), in seconds. A tick's lateness
+        counts from when it was due or from `start`, whichever is later: lateness that began
+        before `start` (a tick already overdue when a call was sent) is not the call's."""
+        if self._loop is None:
+            return 0.0
+        late = self._loop.time() - max(self._due, start)  # the next tick, overdue
         for at, lateness in reversed(self._ticks):
             if at < start:
                 break
-            late = max(late, lateness)
-        return late
+            late = max(late, min(lateness, at - start))
+        return max(0.0, late)
+
+
+def _us(seconds: float) -> int:
+    return max(0, round(seconds * 1e6))
 
 
 _LEVELS = {"info": logging.INFO, "warn": logging.WARNING}
@@ -402,11 +409,10 @@ class Gateway:
         the default has no rules).
         `headers` are the ASGI (name, value) pairs; `request` (the ASGI scope, from the
         middleware and the dependency alike) is handed to `identify`."""
-        timeout = self.engine.store_timeout_us / 1e6
-        now = self._lag.watch()
-        if self._lag.since(now - timeout) >= 2 * timeout:
-            # The loop is two store timeouts late: this request would miss its deadline
-            # before its first call was sent. Shed it, without asking anyone who it is.
+        self._lag.watch()
+        if self.engine.saturated(_us(self._lag.stalled())):
+            # The loop is stalled now, too long for this request to meet its deadline (the
+            # engine's rule): shed it, without asking anyone who it is.
             shed = self.engine.shed(method, path, headers, peer, now_us())
             if shed.log:
                 _log(shed.log)
@@ -435,6 +441,7 @@ class Gateway:
         All are admitted or none; the outcome's `checks` hold each one's `over`, `remaining`,
         `reset_after_ms`, `retry_after_ms` and `source`, in order. A semaphore's slot is held
         until the outcome's `release`."""
+        self._lag.watch()
         started = now_us()
         pending, step = self.engine.check(route, list(checks), started)
         return await self._drive(pending, step, started)
@@ -447,13 +454,13 @@ class Gateway:
             while type(step) is not Verdict:
                 if type(step) is Calls:
                     sent = asyncio.get_running_loop().time()
-                    window = max(0.0, (step.deadline - now_us()) / 1e6)
+                    window = max(0, step.deadline - now_us())
                     answers = await _send_all(store, step.calls, step.deadline)
-                    if (len(answers) < len(step.calls)
-                            and self._lag.since(sent) >= OVERLOAD_SHARE * window):
-                        # Missed the deadline while the loop itself ran late: the reply may
-                        # be read, not the store slow. The breaker counts nothing.
-                        answers.append(engine.overloaded())
+                    if len(answers) < len(step.calls):
+                        # Missed the deadline: the engine tells the store's timeout from the
+                        # loop's own lateness since the calls were sent (a reply waiting to be
+                        # read), which the breaker does not count.
+                        answers.append(self.engine.missed(window, _us(self._lag.since(sent))))
                 else:
                     assert type(step) is Wait
                     await asyncio.sleep(max(0.0, (step.until - now_us()) / 1e6))

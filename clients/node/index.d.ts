@@ -109,18 +109,6 @@ export function parseDuration(text: string, what?: string): number;
 export function keySlot(key: Bytes): number;
 export function commonSlot(keys: Bytes[]): number | null;
 
-export namespace headers {
-  interface RuleSpec { name: string; limit?: number; periodMs?: number; capacity: number; semaphore?: boolean }
-  interface Outcome { remaining: number; resetAfterMs: number; retryAfterMs: number | null }
-  function policyItem(rule: RuleSpec): string;
-  function ratelimitItem(rule: RuleSpec, outcome: Outcome): string;
-  function render(pairs: [RuleSpec, Outcome][], legacy?: boolean): [string, string][];
-  function retryAfterSeconds(maxRetryMs: number, jitter: number, u: number): number;
-  function outcomeOf(decision: Decision): Outcome;
-  function refusedOutcome(waitMs: number): Outcome;
-  function sfString(s: string): string;
-}
-
 // ---- express-rate-limit ----
 export interface RLStoreOptions {
   sendCommand?: SendCommand;
@@ -273,6 +261,23 @@ export class MemoryStore {
   constructor();
   call(args: (string | number)[], nowUs: number): unknown;
 }
+/** A rule of a typed decision, as the headers show it. */
+export interface ShownRule {
+  name: string;
+  /** For a semaphore: its capacity. */
+  limit: number;
+  /** Unused for a semaphore. */
+  periodMs?: number;
+  capacity: number;
+  semaphore?: boolean;
+  remaining: number;
+  resetAfterMs: number;
+  /** Given when this rule refused. */
+  retryAfterMs?: number;
+}
+/** RateLimit-Policy and RateLimit (X-RateLimit-* with `legacy`) for what the typed client
+ * decided, rendered by the gateway's engine (the native addon) as every gateway renders them. */
+export function renderHeaders(rules: ShownRule[], legacy?: boolean): [string, string][];
 export function expressMiddleware(gateway: Gateway): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;
 export function fastifyPlugin(gateway: Gateway): (fastify: any) => Promise<void>;
 

@@ -213,6 +213,12 @@ export interface LogOut {
   decision: string
 }
 
+/**
+ * `RateLimit-Policy` and `RateLimit` (with `X-RateLimit-*` when `legacy`) as [name, value]
+ * pairs, one item per rule in order; no rule, no field.
+ */
+export declare function renderHeaders(rules: Array<ShownRule>, legacy?: boolean | undefined | null): Array<Array<string>>
+
 /** A request; its headers are `begin`'s second argument. */
 export interface RequestIn {
   method: string
@@ -226,6 +232,21 @@ export interface RequestIn {
   caller?: CallerIn
   /** The framework routes paths without case (express by default): so does the engine. */
   caseInsensitive?: boolean
+}
+
+/** One rule as the headers show it, and what it decided. */
+export interface ShownRule {
+  name: string
+  /** For a semaphore: its capacity. */
+  limit: number
+  /** Unused for a semaphore. */
+  periodMs?: number
+  capacity: number
+  semaphore?: boolean
+  remaining: number
+  resetAfterMs: number
+  /** Given when this rule refused. */
+  retryAfterMs?: number
 }
 
 /** The next step: `calls` (with `deadline`, Unix µs), `wait` (until `until`) or `done`. */

@@ -3,9 +3,8 @@ export { adapt, classify, fromIoredis, fromIovalkey, fromNodeRedis, fromSendComm
 export * as commands from './commands.js';
 export { ALGOS } from './commands.js';
 export { RLError } from './errors.js';
-export * as headers from './headers.js';
 export { commonSlot, durationArg, keySlot, parseDuration } from './wire.js';
 export { RLStore } from './express-rate-limit.js';
 export { RateLimiterRL, RateLimiterRes } from './rate-limiter-flexible.js';
 export { expressMiddleware, fastifyPlugin, fetchWithRetry, Gateway, parsePolicy, PolicyError, PolicyStore, retryAfterMs,
-  MemoryStore, PublishedPolicy } from './gateway/index.js';
+  MemoryStore, PublishedPolicy, renderHeaders } from './gateway/index.js';

@@ -1,11 +1,11 @@
 // Policy files as the gateway reads and reloads them (validation itself is the engine's, held to
-// clients/vectors/policies by tests/engine.test.js), and the typed client's header helpers.
+// clients/vectors/policies by tests/engine.test.js), and the engine's headers for a typed decision.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { Gateway, headers, parsePolicy, PolicyStore } from '../src/index.js';
+import { Gateway, parsePolicy, PolicyStore, renderHeaders } from '../src/index.js';
 import { quiet } from './support/gateway.js';
 import { REPO } from './support/server.js';
 
@@ -36,21 +36,27 @@ describe('policy files', () => {
   });
 });
 
-describe('headers', () => {
-  test('sub-second periods are scaled to whole seconds', () => {
-    assert.equal(headers.policyItem({ name: 'fast', limit: 5, periodMs: 250, capacity: 5 }), '"fast";q=20;w=1;rl-burst=5');
-    assert.equal(headers.policyItem({ name: 'odd', limit: 3, periodMs: 700, capacity: 30 }), '"odd";q=30;w=7');
-    assert.equal(headers.policyItem({ name: 's', capacity: 3, semaphore: true }), '"s";q=3;qu="concurrent-requests"');
+describe('headers of a typed decision, rendered by the engine', () => {
+  test('sub-second periods are scaled to whole seconds, names are structured-field strings', () => {
+    const rate = (name, limit, periodMs, capacity) => ({ name, limit, periodMs, capacity, remaining: 1, resetAfterMs: 1500 });
+    assert.deepEqual(renderHeaders([rate('fast', 5, 250, 5), rate('odd', 3, 700, 30), rate('a"b\\c\u00e9', 2, 60_000, 2)]), [
+      ['RateLimit-Policy', '"fast";q=20;w=1;rl-burst=5, "odd";q=30;w=7, "a\\"b\\\\c_";q=2;w=60'],
+      ['RateLimit', '"fast";r=1;t=2, "odd";r=1;t=2, "a\\"b\\\\c_";r=1;t=2'],
+    ]);
   });
 
-  test('names are structured-field strings', () => {
-    assert.equal(headers.sfString('a"b\\c\u00e9'), '"a\\"b\\\\c_"');
-  });
-
-  test('Retry-After is never earlier than the wait, at most the jitter later', () => {
-    assert.equal(headers.retryAfterSeconds(1001, 0, 0.9), 2);
-    assert.equal(headers.retryAfterSeconds(10_000, 0.2, 0.999), 12);
-    assert.equal(headers.retryAfterSeconds(10_000, NaN, 0.5), 10);
-    assert.equal(headers.retryAfterSeconds(10_000, -1, 0.5), 10);
+  test('a semaphore shows its slots; legacy fields name the rule that refused longest', () => {
+    const rules = [
+      { name: 's', limit: 3, capacity: 3, semaphore: true, remaining: 0, resetAfterMs: 0, retryAfterMs: 900 },
+      { name: 'r', limit: 10, periodMs: 60_000, capacity: 10, remaining: 0, resetAfterMs: 30_000, retryAfterMs: 4_001 },
+    ];
+    assert.deepEqual(renderHeaders(rules, true), [
+      ['RateLimit-Policy', '"s";q=3;qu="concurrent-requests", "r";q=10;w=60'],
+      ['RateLimit', '"s";r=0;t=1, "r";r=0;t=5'],
+      ['X-RateLimit-Limit', '10'],
+      ['X-RateLimit-Remaining', '0'],
+      ['X-RateLimit-Reset', '5'],
+    ]);
+    assert.deepEqual(renderHeaders([]), []);
   });
 });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { commands, headers, RL, RLError } from '../src/index.js';
+import { commands, renderHeaders, RL, RLError } from '../src/index.js';
 import { VARIANTS } from './support/clients.js';
 import { REPO, SCRIPT_MODE, Server } from './support/server.js';
 
@@ -75,25 +75,25 @@ function build(req) {
   }
 }
 
-const headerJson = (pairs) => Object.fromEntries(headers.render(pairs, true));
+// The headers the engine renders for a typed decision (the addon's rendering, the gateway's).
+const headerJson = (rules) => Object.fromEntries(renderHeaders(rules, true));
 
 async function typed(rl, req, ruleName) {
   switch (req.type) {
     case 'admit': {
       const a = admitOf(req);
       const d = await rl.admit(a);
-      const rendered = ruleName && headerJson([[{ name: ruleName, limit: a.limit, periodMs: a.period, capacity: d.capacity }, headers.outcomeOf(d)]]);
+      const rendered = ruleName && headerJson([{ name: ruleName, limit: a.limit, periodMs: a.period, capacity: d.capacity,
+        remaining: d.remaining, resetAfterMs: d.reset_after_ms, retryAfterMs: d.allowed ? undefined : d.retry_after_ms }]);
       return [d, rendered];
     }
     case 'multi': {
       const m = multiOf(req);
       const d = await rl.multi(m);
-      const pairs = m.rules.map((r, i) => [
-        { name: r.name, limit: r.limit, periodMs: r.period, capacity: r.burst ?? r.limit },
-        { remaining: d.rules[i].remaining, resetAfterMs: d.rules[i].reset_after_ms,
-          retryAfterMs: d.denied_by === r.name ? d.retry_after_ms : null },
-      ]);
-      return [d, headerJson(pairs)];
+      const rules = m.rules.map((r, i) => ({ name: r.name, limit: r.limit, periodMs: r.period, capacity: r.burst ?? r.limit,
+        remaining: d.rules[i].remaining, resetAfterMs: d.rules[i].reset_after_ms,
+        retryAfterMs: d.denied_by === r.name ? d.retry_after_ms : undefined }));
+      return [d, headerJson(rules)];
     }
     case 'grant': return [await rl.grant(grantOf(req))];
     case 'acquire': return [await rl.acquire(acquireOf(req))];

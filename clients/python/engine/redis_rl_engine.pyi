@@ -31,6 +31,12 @@ class Answer:
 def load_policy(policy: str) -> int:
     """Validates a policy document as a gateway loads it: its version, or `InvalidPolicy`."""
 
+def render_headers(rules: List[Dict[str, Any]], legacy: bool = False) -> List[Tuple[str, str]]:
+    """`RateLimit-Policy` and `RateLimit` (and `X-RateLimit-*` when `legacy`), rendered as the
+    gateway renders them, for what the typed client decided: one dict per rule, in order, with
+    `name`, `limit`, `period_ms`, `capacity`, `remaining`, `reset_after_ms`, `retry_after_ms`
+    (given when it refused) and `semaphore` (true: `capacity` is its slots, no period)."""
+
 def timeout() -> Answer:
     """No reply by the step's deadline."""
 

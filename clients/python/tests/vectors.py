@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any, List
 
+import redis_rl_engine as engine
+
 import redis_rl
 from redis_rl import commands as c
-from redis_rl import headers as h
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors"
 
@@ -108,9 +109,21 @@ def matches(expected: Any, actual: Any) -> bool:
 
 
 def rendered(vector: dict, req: c.Request, decision: Any) -> dict:
+    """The headers the engine renders for the typed decision (the gateway's own rendering); an
+    RL.MULTI's wait is attributed to `denied_by` only."""
     if isinstance(req, c.Admit):
-        period_ms = c.duration_us(req.period) // 1000
-        shown = [h.shown_of_admission(vector["rule_name"], req.limit, period_ms, decision)]
+        shown = [{"name": vector["rule_name"], "limit": req.limit,
+                  "period_ms": c.duration_us(req.period) // 1000, "capacity": decision.capacity,
+                  "remaining": decision.remaining, "reset_after_ms": decision.reset_after_ms,
+                  "retry_after_ms": None if decision.allowed else decision.retry_after_ms}]
     else:
-        shown = h.shown_of_multi(req.rules, decision)
-    return h.render(shown, legacy=True)
+        shown = []
+        for rule, outcome in zip(req.rules, decision.rules):
+            refused = decision.denied_by is not None and rule.name == decision.denied_by
+            shown.append({"name": rule.name, "limit": rule.limit,
+                          "period_ms": c.duration_us(rule.period, "period") // 1000,
+                          "capacity": rule.burst if rule.burst is not None else rule.limit,
+                          "remaining": outcome.remaining,
+                          "reset_after_ms": outcome.reset_after_ms,
+                          "retry_after_ms": decision.retry_after_ms if refused else None})
+    return dict(engine.render_headers(shown, legacy=True))

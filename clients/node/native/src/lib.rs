@@ -16,6 +16,7 @@ use serde_json::Value;
 
 mod convert;
 mod events;
+pub mod headers;
 
 use convert::{
     answer_of, calls_out, checks_in, duration, instant, json_of, read_headers, reason, step_out,

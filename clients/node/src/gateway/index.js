@@ -4,4 +4,5 @@ export { fastifyPlugin } from './fastify.js';
 export { parsePolicy, PolicyError, PolicyStore } from './policy.js';
 export { fetchWithRetry, retryAfterMs } from './retry.js';
 export { MemoryStore } from './memory.js';
+export { renderHeaders } from './headers.js';
 export { PublishedPolicy } from './published.js';

@@ -5,6 +5,7 @@
 
 mod checks;
 mod convert;
+mod headers;
 mod verdict;
 
 use std::collections::HashMap;
@@ -532,6 +533,7 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Answer>()?;
     m.add_class::<MemoryStore>()?;
     m.add_function(wrap_pyfunction!(load_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(headers::render_headers, m)?)?;
     m.add_function(wrap_pyfunction!(convert::timeout, m)?)?;
     m.add_function(wrap_pyfunction!(convert::failed, m)?)?;
     m.add_function(wrap_pyfunction!(convert::overloaded, m)?)?;

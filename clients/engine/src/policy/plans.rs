@@ -13,7 +13,7 @@ use std::time::Duration;
 use foldhash::fast::RandomState;
 use serde::Deserialize;
 
-use super::validate::RawRule;
+use super::rule::RawRule;
 use super::{invalid, PolicyError, RuleKind, RuleSpec};
 use crate::time::{parse_rfc3339, Instant};
 

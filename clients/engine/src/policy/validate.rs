@@ -6,21 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rl_core::bounds::{MAX_CLOCK_SKEW_TEXT, MAX_CLOCK_SKEW_US};
-use rl_core::parse::parse_duration;
-use rl_core::request::grant::{DEFAULT_TTL_US, MAX_TTL_US};
-use rl_core::rule::{
-    check_cost, Algo, Rule, MAX_COUNT, MAX_PERIOD_TEXT, MAX_PERIOD_US, MAX_SEMAPHORE_CAPACITY,
-};
+use rl_core::rule::{MAX_PERIOD_TEXT, MAX_PERIOD_US};
 use serde::Deserialize;
 
+use super::field::duration;
 use super::plans::{validate_overrides, RawOverride, RawPlans};
+use super::rule::RawRule;
 use super::validate_route::{RawDefault, RawRoute, DEFAULT_NAME, MISSING_DEFAULT};
-use super::{
-    header_rule, invalid, GrantSpec, Identity, IpNet, KeyTemplate, NegativeCacheSpec, Policy,
-    PolicyError, RateSpec, Route, Router, RuleKind, RuleSpec, SemaphoreSpec, StoreSpec, Var,
-};
-use crate::headers::Prepared;
-use crate::identity::{IdentityHash, MIN_HASH_KEY};
+use super::{invalid, NegativeCacheSpec, Policy, PolicyError, Route, Router, StoreSpec, Var};
+use crate::identity::{Identity, IdentityHash, IpNet, MIN_HASH_KEY};
 use crate::time::Instant;
 
 // ---- The document as written ----
@@ -100,32 +94,6 @@ impl RawHash {
     }
 }
 
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRule {
-    key: String,
-    algo: Option<String>,
-    pub(super) limit: Option<u64>,
-    pub(super) period: Option<String>,
-    pub(super) burst: Option<u64>,
-    pub(super) cost: Option<u64>,
-    public: Option<bool>,
-    shadow: Option<bool>,
-    settle: Option<bool>,
-    durable: Option<bool>,
-    expect_refusals: Option<f64>,
-    grant: Option<RawGrant>,
-    pub(super) concurrency: Option<u64>,
-    pub(super) lease: Option<String>,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct RawGrant {
-    want: u64,
-    ttl: Option<String>,
-}
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawNegativeCache {
@@ -159,31 +127,6 @@ pub(super) const DEFAULT_SKEW: Duration = Duration::from_secs(1);
 pub(super) const DEFAULT_FAILURES: u32 = 5;
 pub(super) const DEFAULT_OPEN: Duration = Duration::from_secs(1);
 pub(super) const DEFAULT_RAMP: Duration = Duration::from_secs(10);
-
-/// A duration exactly as the module parses it, so a policy unit means what a command unit means.
-pub(super) fn duration(
-    path: &str,
-    text: &str,
-    max_us: u64,
-    max_text: &'static str,
-) -> Result<Duration, PolicyError> {
-    parse_duration(text.as_bytes(), "duration", max_us, max_text)
-        .map(Duration::from_micros)
-        .map_err(|e| invalid(path, core_message(&e)))
-}
-
-/// The core's error text without its `ERR <arg> ` prefix, which names a command argument
-/// rather than the policy field the path already names.
-pub(super) fn core_message(e: &rl_core::error::Error) -> String {
-    let text = e.to_string();
-    let text = text.strip_prefix("ERR ").unwrap_or(&text);
-    for arg in ["duration ", "limit ", "period ", "BURST ", "COST "] {
-        if let Some(rest) = text.strip_prefix(arg) {
-            return rest.to_string();
-        }
-    }
-    text.to_string()
-}
 
 fn optional_duration(
     path: &str,
@@ -370,139 +313,6 @@ impl RawPolicy {
             strict_slash: self.strict_slash,
             case_sensitive: self.case_sensitive,
             for_checks: false,
-        })
-    }
-}
-
-impl RawRule {
-    pub(super) fn validate(self, path: &str, name: &str) -> Result<RuleSpec, PolicyError> {
-        let at = |field: &str| format!("{path}.{field}");
-        let key = KeyTemplate::parse(&self.key).map_err(|m| invalid(at("key"), m))?;
-        let kind = if let Some(concurrency) = self.concurrency {
-            let rate_fields = [
-                ("algo", self.algo.is_some()),
-                ("limit", self.limit.is_some()),
-                ("period", self.period.is_some()),
-                ("burst", self.burst.is_some()),
-                ("cost", self.cost.is_some()),
-                ("settle", self.settle.is_some()),
-                ("grant", self.grant.is_some()),
-            ];
-            if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
-                return Err(invalid(
-                    at(field),
-                    "a semaphore rule (concurrency) takes no rate field or grant",
-                ));
-            }
-            if !(1..=MAX_SEMAPHORE_CAPACITY).contains(&concurrency) {
-                return Err(invalid(
-                    at("concurrency"),
-                    format!("must be in the range [1, {MAX_SEMAPHORE_CAPACITY}]"),
-                ));
-            }
-            let lease = self
-                .lease
-                .ok_or_else(|| invalid(at("lease"), "a semaphore rule needs a lease"))?;
-            RuleKind::Semaphore(SemaphoreSpec {
-                concurrency,
-                lease: duration(&at("lease"), &lease, MAX_PERIOD_US, MAX_PERIOD_TEXT)?,
-            })
-        } else {
-            if self.lease.is_some() {
-                return Err(invalid(
-                    at("lease"),
-                    "lease belongs to a semaphore rule (concurrency)",
-                ));
-            }
-            let algo = match self.algo.as_deref() {
-                None => Algo::Gcra,
-                Some(a) => Algo::parse(a.as_bytes()).map_err(|_| {
-                    invalid(
-                        at("algo"),
-                        format!("must be one of gcra, bucket, window, sliding, log (got '{a}')"),
-                    )
-                })?,
-            };
-            let limit = self
-                .limit
-                .ok_or_else(|| invalid(at("limit"), "a rate rule needs a limit"))?;
-            let period_text = self
-                .period
-                .ok_or_else(|| invalid(at("period"), "a rate rule needs a period"))?;
-            let period = duration(&at("period"), &period_text, MAX_PERIOD_US, MAX_PERIOD_TEXT)?;
-            let period_us = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
-            let rule = Rule::new(algo, limit, period_us, self.burst).map_err(|e| {
-                let field = match &e {
-                    rl_core::error::Error::OutOfRange { arg: "limit", .. } => "limit",
-                    rl_core::error::Error::OutOfRange { arg: "BURST", .. }
-                    | rl_core::error::Error::OptionNotAllowed { .. } => "burst",
-                    rl_core::error::Error::RefillTooLong => "burst",
-                    _ => "period",
-                };
-                invalid(at(field), core_message(&e))
-            })?;
-            let cost = self.cost.unwrap_or(1);
-            if !(1..=MAX_COUNT).contains(&cost) {
-                return Err(invalid(
-                    at("cost"),
-                    format!("must be in the range [1, {MAX_COUNT}]"),
-                ));
-            }
-            check_cost(cost, &rule).map_err(|e| invalid(at("cost"), core_message(&e)))?;
-            let settle = self.settle.unwrap_or(false);
-            if settle && !matches!(algo, Algo::Gcra | Algo::Bucket) {
-                return Err(invalid(at("settle"), "settling needs algo gcra or bucket"));
-            }
-            let grant = match self.grant {
-                None => None,
-                Some(g) => {
-                    if !(1..=MAX_COUNT).contains(&g.want) {
-                        return Err(invalid(
-                            at("grant.want"),
-                            format!("must be in the range [1, {MAX_COUNT}]"),
-                        ));
-                    }
-                    let ttl = match g.ttl {
-                        None => Duration::from_micros(DEFAULT_TTL_US),
-                        Some(t) => duration(&at("grant.ttl"), &t, MAX_TTL_US, "1d")?,
-                    };
-                    Some(GrantSpec { want: g.want, ttl })
-                }
-            };
-            RuleKind::Rate(RateSpec {
-                algo,
-                rule,
-                burst_given: self.burst.is_some(),
-                cost,
-                settle,
-                grant,
-            })
-        };
-        let header = Prepared::new(&header_rule(name, &kind));
-        Ok(RuleSpec {
-            name: name.to_string(),
-            key,
-            kind,
-            header,
-            public: self.public.unwrap_or(true),
-            shadow: self.shadow.unwrap_or(false),
-            durable: self.durable.unwrap_or(false),
-            expect_refusals: match self.expect_refusals {
-                None => None,
-                Some(_) if !self.shadow.unwrap_or(false) => {
-                    return Err(invalid(
-                        at("expect_refusals"),
-                        "only a shadow rule declares the refusals it expects",
-                    ))
-                }
-                Some(x) if (0.0..=1.0).contains(&x) => Some(x),
-                Some(x) => {
-                    return Err(invalid(
-                        at("expect_refusals"),
-                        format!("must be in [0, 1] (got {x})"),
-                    ))
-                }
-            },
         })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rl_core::rule::{check_cost, Algo, Rule, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 use serde::Deserialize;
 
-use super::validate::{core_message, duration};
+use super::field::{core_message, duration};
 use super::{invalid, Methods, OnStoreError, PathTemplate, PolicyError, Route, RuleKind, RuleSpec};
 
 /// The longest route name: a metrics label, not a document.

@@ -16,6 +16,7 @@
 )]
 
 pub mod client;
+mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod mode;

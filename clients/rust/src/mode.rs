@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redis::{Cmd, Value};
 pub use rl_engine::wire::{script_sha, Mode, SCRIPT};
 
-use crate::client::Error;
+use crate::error::Error;
 
 /// Where the tracing event that names the mode goes, once per change.
 pub const MODE_LOG: &str = "redis_rl_client::mode";

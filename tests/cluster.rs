@@ -2,6 +2,15 @@
 //! are routed (`MOVED`, `CROSSSLOT`) and the limiters survive live resharding (`MIGRATE`).
 //! Each test gets its own cluster (see `common::cluster`).
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod common;
 use common::cluster::*;
 use common::*;

@@ -3,6 +3,15 @@
 //! names it carries spelled out in the module's or the core's sources. The synopses are checked
 //! against `COMMAND DOCS` in `docs.rs`.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use rl_core::error::Error;
 
 const COMMANDS_MD: &str = include_str!("../commands.md");

@@ -2,6 +2,15 @@
 //! loopback, under traffic: every limiter reaches the target with its exact state and expiry.
 //! On Redis, which has no atomic slot migration, the test checks nothing and says so.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod common;
 use common::cluster::*;
 use common::*;

@@ -5,6 +5,15 @@
 //! The numbers bound what the core can cost inside a call; the end-to-end comparison with
 //! `INCR` and a Lua script is `benches/e2e.sh`.
 
+// A benchmark stops at its first surprise: it may unwrap, expect, panic and index (the
+// workspace's lints forbid them outside tests, and a benchmark is not run by its test harness).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -1,5 +1,14 @@
 //! What the script-mode suites share: the script loaded from the work tree, and a module command
 //! sent either to the module or through the script.
+
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![allow(dead_code)] // each suite uses a different part
 
 use crate::common::{cmd, Connection, Value};

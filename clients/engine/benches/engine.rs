@@ -14,6 +14,15 @@
 //!
 //! `cargo bench -p redis-rl-engine --bench engine`
 
+// A benchmark stops at its first surprise: it may unwrap, expect, panic and index (the
+// workspace's lints forbid them outside tests, and a benchmark is not run by its test harness).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 

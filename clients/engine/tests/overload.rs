@@ -2,6 +2,15 @@
 //! while the driver's loop ran late is the gateway's overload, not the store's failure; a
 //! request arriving while the loop is stalled two store timeouts is shed at the door.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::sync::Arc;
 use std::time::Duration;
 

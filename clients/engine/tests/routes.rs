@@ -1,6 +1,15 @@
 //! Routing under arbitrary request paths: whatever a caller sends, matching neither panics nor
 //! lets a spelling of a path reach another route than the path it normalizes to.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use proptest::prelude::*;
 use rl_engine::policy::{
     decode_unreserved, KeyTemplate, NormalPath, PathError, PathTemplate, Policy, Routed,

@@ -2,6 +2,15 @@
 //! service works and released after the response, a full semaphore answered 429 with its
 //! headers, and the two answers when the store is gone.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;

@@ -2,6 +2,15 @@
 //! resolved asynchronously by the application, `durable` rules waiting for a replica (on
 //! connections of their own), and shadow semaphores.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;

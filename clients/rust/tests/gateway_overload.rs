@@ -4,6 +4,15 @@
 //! runtime that was free is the store's failure, and opens it. Redis is stopped (`SIGSTOP`)
 //! in both, so only the runtime differs.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;

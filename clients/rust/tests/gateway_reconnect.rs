@@ -2,6 +2,15 @@
 //! serves its postures, and decisions return to the store within `breaker.open` plus a second
 //! of the store coming back, whether it was down at the start or killed and restarted.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 

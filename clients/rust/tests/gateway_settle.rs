@@ -3,6 +3,15 @@
 //! answered a 2xx, and a key that keeps as many reservations as the module allows refusing the
 //! caller with a 429 (never a 500, never the breaker).
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;

@@ -3,6 +3,15 @@
 //! the server forgets it, follows the server when it gains or loses the module, logs its mode
 //! once per change and reports it in the metrics.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 mod support;

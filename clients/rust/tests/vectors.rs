@@ -4,6 +4,15 @@
 //! decision and render the vector's headers. With `RL_MODE=script` the server has no module and
 //! the same vectors run through the script (`clients/SPEC.md` section 5).
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 

@@ -1,6 +1,15 @@
 //! The scenario format's parts every step uses: scripted store answers, values as JSON, and
 //! the comparison of what was expected with what came out (`clients/vectors/README.md`).
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use rl_engine::{Answer, Call, Reply, Step};
 use serde_json::{json, Value};
 

@@ -28,6 +28,15 @@
 //! `cargo bench -p rl-gateway --bench faces` prints Markdown tables; results are in
 //! `README.md` beside this file. Nothing here asserts a time.
 
+// A benchmark stops at its first surprise: it may unwrap, expect, panic and index (the
+// workspace's lints forbid them outside tests, and a benchmark is not run by its test harness).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../../tests/common/mod.rs"]
 mod common;
 

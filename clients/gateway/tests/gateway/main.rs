@@ -2,6 +2,15 @@
 //! link instead of fourteen): each module a face or a subcommand, against real processes on
 //! loopback.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../../../../tests/common/mod.rs"]
 mod common;
 mod rls_support;

@@ -1,6 +1,14 @@
 //! What the client's tests share: serving an axum app on a free loopback port, a gateway on a
 //! policy file in front of a test server, and capturing what `tracing` logs.
 
+// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
+// clippy.toml covers), may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![allow(dead_code)] // each test file uses a different part
 
 use std::io::Write;

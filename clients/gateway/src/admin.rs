@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response, StatusCode};
-use redis_rl_client::engine::metrics::Metrics;
+use rl_engine::metrics::Metrics;
 
 /// Puts the policy's next snapshot in force (the file re-read, or the store's read): its
 /// version, or the status and message of the refusal (`409` for a version not higher than the

@@ -22,10 +22,10 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::Router;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use redis_rl_client::engine::policy::{Policy, RuleKind};
 use redis_rl_client::gateway::layer::answer;
-use redis_rl_client::gateway::RequestParts;
+use redis_rl_client::gateway::HttpHeaders;
 use redis_rl_client::{Gateway, RlConnection};
+use rl_engine::policy::{Policy, RuleKind};
 use rl_engine::problem;
 
 use crate::proxy::problem_response;
@@ -139,12 +139,14 @@ async fn decide<C: RlConnection + 'static>(
     let path = described_path(first(headers, &URI_HEADERS).unwrap_or_default());
     let (verdict, leases) = auth
         .gateway
-        .decide(&RequestParts {
+        .decide(&rl_engine::Request {
             method,
             path: &path,
-            headers,
+            headers: &HttpHeaders(headers),
             peer: Some(peer.ip()),
             caller: None,
+            // The proxy in front matches its own routes with their case, and so does the policy.
+            case_insensitive: false,
         })
         .await;
     // Nothing is held: the policy has no semaphore or settle rule on any route (checked at

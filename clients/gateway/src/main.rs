@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use http::StatusCode;
-use redis_rl_client::engine::metrics::Metrics;
-use redis_rl_client::engine::policy::{Policy, PolicyError};
 use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::gateway::published::{self, Check, PublishedPolicy};
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, Rl, RlConnection};
+use rl_engine::metrics::Metrics;
+use rl_engine::policy::{Policy, PolicyError};
 
-use redis_rl_client::engine::time::format_rfc3339;
-use redis_rl_client::engine::Instant;
+use rl_engine::time::format_rfc3339;
+use rl_engine::Instant;
 use rl_gateway::admin::{self, Ready, Reload};
 use rl_gateway::auth::{self, DenyStatus};
 use rl_gateway::policy_cmd;

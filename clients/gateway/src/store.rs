@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
-use redis_rl_client::engine::memory::MemoryStore;
-use redis_rl_client::engine::wire::Reply;
 use redis_rl_client::RlConnection;
+use rl_engine::memory::MemoryStore;
+use rl_engine::wire::Reply;
 
 /// Where `--store` points.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use http::HeaderMap;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use redis_rl_client::gateway::PolicyStore;
-use redis_rl_client::gateway::{RequestParts, VerdictKind};
+use redis_rl_client::gateway::{HttpHeaders, Request, VerdictKind};
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, RlConnection};
 
 /// A connection that counts what the gateway asked of the store: calls, and the units
@@ -145,19 +145,21 @@ async fn gateways(
     (all, granted, leases)
 }
 
-fn request<'a>(path: &'a str, headers: &'a HeaderMap) -> RequestParts<'a> {
-    RequestParts {
+fn request<'a>(path: &'a str, headers: &'a HttpHeaders<'a>) -> Request<'a> {
+    Request {
         method: "GET",
         path,
         headers,
         peer: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         caller: None,
+        case_insensitive: false,
     }
 }
 
 /// The units a gateway still holds: what it admits before it asks the store for a new chunk.
 async fn held(gateway: &Gateway<Counting>, leases: &AtomicU64, path: &str) -> u64 {
-    let headers = HeaderMap::new();
+    let map = HeaderMap::new();
+    let headers = HttpHeaders(&map);
     let before = leases.load(Ordering::Relaxed);
     let mut units = 0;
     while gateway.decide(&request(path, &headers)).await.0.kind == VerdictKind::Admit
@@ -195,7 +197,8 @@ async fn offer(
         .map(|gateway| {
             let (gateway, tally) = (Arc::clone(gateway), Arc::clone(&tally));
             tokio::spawn(async move {
-                let headers = HeaderMap::new();
+                let map = HeaderMap::new();
+                let headers = HttpHeaders(&map);
                 let parts = request(path, &headers);
                 let mut tick = tokio::time::interval(Duration::from_millis(10));
                 let end = Instant::now() + run;

@@ -22,9 +22,9 @@ use axum::routing::get;
 use axum::Router;
 use common::Server;
 use redis::aio::ConnectionManager;
-use redis_rl_client::engine::metrics::Metrics;
 use redis_rl_client::gateway::concurrency::WhenUnavailable;
 use redis_rl_client::{ConcurrencyLimitLayer, Rl};
+use rl_engine::metrics::Metrics;
 
 async fn rl(port: u16) -> Rl<ConnectionManager> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use common::{Server, TempFile};
 use http::HeaderMap;
 use redis_rl_client::gateway::PolicyStore;
-use redis_rl_client::gateway::{RequestParts, VerdictKind};
+use redis_rl_client::gateway::{HttpHeaders, Request, VerdictKind};
 use redis_rl_client::{Gateway, Rl};
 use support::Captured;
 
@@ -40,12 +40,13 @@ const POLICY: &str = r#"{
 async fn decide(gateway: &Gateway<redis::aio::MultiplexedConnection>) -> VerdictKind {
     let mut headers = HeaderMap::new();
     headers.insert("x-user", "ann-4711".parse().unwrap());
-    let parts = RequestParts {
+    let parts = Request {
         method: "GET",
         path: "/a",
-        headers: &headers,
+        headers: &HttpHeaders(&headers),
         peer: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         caller: None,
+        case_insensitive: false,
     };
     gateway.decide(&parts).await.0.kind
 }

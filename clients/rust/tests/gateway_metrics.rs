@@ -10,9 +10,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis_rl_client::engine::breaker::BreakerState;
-use redis_rl_client::engine::metrics::{escape, CallResult, Event, Metrics, MetricsHook, Outcome};
 use redis_rl_client::Mode;
+use rl_engine::breaker::BreakerState;
+use rl_engine::metrics::{escape, CallResult, Event, Metrics, MetricsHook, Outcome};
 
 #[derive(Default)]
 struct Seen(Mutex<Vec<String>>);
@@ -184,7 +184,7 @@ fn every_outcome_has_its_contract_name_and_escaping_is_exact() {
 
 #[test]
 fn a_loaded_policy_sets_its_version_and_route_modes() {
-    let policy = redis_rl_client::engine::policy::Policy::from_json(
+    let policy = rl_engine::policy::Policy::from_json(
         r#"{"version": 12, "default": {"rules": []},
             "rules": {"r": {"key": "k:${user}", "limit": 5, "period": "1s"}},
             "routes": [

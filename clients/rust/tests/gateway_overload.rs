@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use common::{Server, TempFile};
 use redis::aio::MultiplexedConnection;
-use redis_rl_client::gateway::{RequestParts, VerdictKind};
+use redis_rl_client::gateway::{HttpHeaders, Request, VerdictKind};
 use redis_rl_client::Gateway;
 
 const POLICY: &str = r#"{
@@ -65,12 +65,13 @@ async fn checkout(
     let task = tokio::spawn(async move {
         let mut headers = HeaderMap::new();
         headers.insert("x-user", "ann".parse().unwrap());
-        let request = RequestParts {
+        let request = Request {
             method: "POST",
             path: "/checkout",
-            headers: &headers,
+            headers: &HttpHeaders(&headers),
             peer: None,
             caller: None,
+            case_insensitive: false,
         };
         gateway.decide(&request).await.0.kind
     });

@@ -1,4 +1,4 @@
-use redis_rl_client::engine::problem::{limiter_unavailable, too_many_requests, CONTENT_TYPE};
+use rl_engine::problem::{limiter_unavailable, too_many_requests, CONTENT_TYPE};
 use serde_json::{json, Value};
 
 #[test]

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use common::{cmd, Server};
 use redis::aio::ConnectionManager;
-use redis_rl_client::engine::metrics::{Event, Metrics};
 use redis_rl_client::mode::SCRIPT;
 use redis_rl_client::{Admit, Decision, Error, Mode, Multi, MultiRule, Rl};
+use rl_engine::metrics::{Event, Metrics};
 use support::Captured;
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -22,10 +22,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Value};
 use redis_rl_client::client::{cmd_of, error_of};
-use redis_rl_client::engine::headers::{self, HeaderOutcome as Outcome, HeaderRule as RuleSpec};
-use redis_rl_client::engine::wire::Args;
 use redis_rl_client::Mode;
 use redis_rl_client::{Acquire, Admit, Algo, Error, Grant, Multi, MultiRule, Rl};
+use rl_engine::headers::{self, HeaderOutcome as Outcome, HeaderRule as RuleSpec};
+use rl_engine::wire::Args;
 use serde_json::{json, Value as J};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);

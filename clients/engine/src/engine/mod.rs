@@ -54,7 +54,8 @@ pub struct Request<'a> {
     pub method: &'a str,
     /// The path without its query.
     pub path: &'a str,
-    pub headers: &'a dyn Headers,
+    /// `Sync`, so that a request can be held across an `await` of a driver that is `Send`.
+    pub headers: &'a (dyn Headers + Sync),
     /// The address the connection came from.
     pub peer: Option<IpAddr>,
     /// Who the application says the caller is; `None`: the policy's identity headers say.

@@ -35,10 +35,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use redis_rl_client::engine::metrics::{Event, Metrics};
-use redis_rl_client::engine::policy::{self as engine_policy, Policy, StoreSpec};
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, Rl, RlConnection};
+use rl_engine::metrics::{Event, Metrics};
+use rl_engine::policy::{self as engine_policy, Policy, StoreSpec};
 use tonic::{Code, Request, Response, Status};
 
 pub use config::{Config, OnStoreError, DEFAULT_STORE_TIMEOUT};

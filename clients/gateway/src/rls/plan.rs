@@ -9,9 +9,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use redis_rl_client::engine::policy::RuleSpec;
 use redis_rl_client::Algo;
 use rl_core::request::multi::MAX_MULTI_KEYS;
+use rl_engine::policy::RuleSpec;
 use tonic::Status;
 
 use super::config::Config;

@@ -6,8 +6,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use redis_rl_client::engine::headers::{self, HeaderOutcome, HeaderRule};
-use redis_rl_client::engine::metrics::{Event, Metrics, Outcome};
+use rl_engine::headers::{self, HeaderOutcome, HeaderRule};
+use rl_engine::metrics::{Event, Metrics, Outcome};
 
 use super::config::Config;
 use super::decide::{duration_of, Source, Verdict};

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use redis_rl_client::engine::policy::RuleSpec;
 use redis_rl_client::Algo;
+use rl_engine::policy::RuleSpec;
 
 /// How a descriptor of the file matches a request entry with the same key.
 #[derive(Debug)]

@@ -14,10 +14,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 use axum::routing::{get, post};
 use axum::Router;
-use redis_rl_client::engine::PolicyError;
 use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::gateway::PolicyStore;
 use redis_rl_client::{Gateway, RateLimitLayer, Rl, RlConnection};
+use rl_engine::PolicyError;
 
 struct Args {
     redis: String,

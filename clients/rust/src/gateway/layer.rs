@@ -24,7 +24,7 @@ use tower_service::Service;
 use rl_engine::headers::{POLICY, RATELIMIT};
 use rl_engine::problem;
 
-use super::{Caller, Gateway, Leases, RequestParts, Verdict, ACTUAL_COST};
+use super::{Caller, Gateway, HttpHeaders, Leases, Verdict, ACTUAL_COST};
 use crate::client::RlConnection;
 
 /// Resolves who a request's caller is, possibly asynchronously (an API key looked up, a token
@@ -135,12 +135,14 @@ where
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|c| c.0.ip());
             let (verdict, leases) = gateway
-                .decide(&RequestParts {
+                .decide(&rl_engine::Request {
                     method: request.method().as_str(),
                     path: request.uri().path(),
-                    headers: request.headers(),
+                    headers: &HttpHeaders(request.headers()),
                     peer,
                     caller: caller.as_ref(),
+                    // axum (matchit) routes paths with their case.
+                    case_insensitive: false,
                 })
                 .await;
             if verdict.status.is_some() {

@@ -16,11 +16,10 @@ mod tasks;
 pub use leases::Leases;
 pub use rl_engine::engine::{Check, CheckOutcome, CheckSource};
 pub use rl_engine::engine::{ACTUAL_COST, IDEMPOTENCY_KEY, RETRY_AFTER};
-pub use rl_engine::{Caller, Verdict, VerdictKind};
+pub use rl_engine::{Caller, Request, Verdict, VerdictKind};
 
 use tasks::Tasks;
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -30,7 +29,7 @@ use http::HeaderMap;
 use rl_engine::metrics::{Event, Metrics};
 use rl_engine::{
     Answer, Call, Engine, Headers, LogLevel, LogRecord, Options, Pending, Policy, PolicyError,
-    Reply, Request, Step,
+    Reply, Step,
 };
 use tokio::sync::watch;
 
@@ -43,20 +42,8 @@ pub const DECISION_LOG: &str = "redis_rl_client::decision";
 /// expires on its own, a reservation stays at its estimate.
 const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What the engine needs to know about a request.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestParts<'a> {
-    pub method: &'a str,
-    pub path: &'a str,
-    pub headers: &'a HeaderMap,
-    /// The address the connection came from.
-    pub peer: Option<IpAddr>,
-    /// Who the application says the caller is; `None`: the policy's identity headers say.
-    pub caller: Option<&'a Caller>,
-}
-
-/// An `http` header map as the engine reads headers.
-struct HttpHeaders<'a>(&'a HeaderMap);
+/// An `http` header map as the engine reads headers: what a [`Request`]'s `headers` point to.
+pub struct HttpHeaders<'a>(pub &'a HeaderMap);
 
 impl Headers for HttpHeaders<'_> {
     fn first(&self, name: &str) -> Option<&[u8]> {
@@ -294,22 +281,9 @@ impl<C: RlConnection + 'static> Gateway<C> {
     }
 
     /// Decides one request. The leases must live until the response has been sent.
-    pub async fn decide(&self, request: &RequestParts<'_>) -> (Verdict, Leases<C>) {
+    pub async fn decide(&self, request: &Request<'_>) -> (Verdict, Leases<C>) {
         let started = now();
-        // The request's view is not `Send`: it is gone before the first await.
-        let (pending, step) = {
-            let headers = HttpHeaders(request.headers);
-            let req = Request {
-                method: request.method,
-                path: request.path,
-                headers: &headers,
-                peer: request.peer,
-                caller: request.caller,
-                // axum (matchit) routes paths with their case.
-                case_insensitive: false,
-            };
-            self.engine.begin(&req, started)
-        };
+        let (pending, step) = self.engine.begin(request, started);
         self.drive(pending, step, started).await
     }
 

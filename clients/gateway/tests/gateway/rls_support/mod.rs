@@ -10,9 +10,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use redis_rl_client::engine::metrics::Metrics;
 use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::{Rl, RlConnection};
+use rl_engine::metrics::Metrics;
 use rl_gateway::rls::{Config, Rls};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;

@@ -40,104 +40,79 @@ pub fn too_many_requests<S: AsRef<str>>(violated: &[S]) -> Problem {
     Problem { status: 429, body }
 }
 
-/// 503: the limiter could not decide and the route denies rather than admit unchecked.
-pub fn limiter_unavailable() -> Problem {
+/// A problem of no registered type: the status says what happened, the detail what to do.
+fn about_blank(status: u16, title: &str, detail: &str) -> Problem {
     Problem {
-        status: 503,
+        status,
         body: json!({
             "type": "about:blank",
-            "title": "Service Unavailable",
-            "status": 503,
-            "detail": "The rate limiter is unavailable; retry after the time in Retry-After.",
+            "title": title,
+            "status": status,
+            "detail": detail,
         })
         .to_string(),
     }
+}
+
+/// 503: the limiter could not decide and the route denies rather than admit unchecked.
+pub fn limiter_unavailable() -> Problem {
+    about_blank(
+        503,
+        "Service Unavailable",
+        "The rate limiter is unavailable; retry after the time in Retry-After.",
+    )
 }
 
 /// 503: the gateway itself is saturated and sheds the request; the store is not at fault, so
 /// the body says so apart from [`limiter_unavailable`].
 pub fn gateway_overloaded() -> Problem {
-    Problem {
-        status: 503,
-        body: json!({
-            "type": "about:blank",
-            "title": "Service Unavailable",
-            "status": 503,
-            "detail": "The gateway is overloaded; retry after the time in Retry-After.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        503,
+        "Service Unavailable",
+        "The gateway is overloaded; retry after the time in Retry-After.",
+    )
 }
 
 /// 503: the request was still running when its gateway stopped (the end of its drain after
 /// `SIGTERM`); another instance can take the retry at once.
 pub fn gateway_stopping() -> Problem {
-    Problem {
-        status: 503,
-        body: json!({
-            "type": "about:blank",
-            "title": "Service Unavailable",
-            "status": 503,
-            "detail": "The gateway stopped before the request ended; retry after the time in Retry-After.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        503,
+        "Service Unavailable",
+        "The gateway stopped before the request ended; retry after the time in Retry-After.",
+    )
 }
 
 /// 431: an identity header (`user`, `tenant`) longer than 256 bytes.
 pub fn identity_too_long() -> Problem {
-    Problem {
-        status: 431,
-        body: json!({
-            "type": "about:blank",
-            "title": "Request Header Fields Too Large",
-            "status": 431,
-            "detail": "An identity header is longer than 256 bytes.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        431,
+        "Request Header Fields Too Large",
+        "An identity header is longer than 256 bytes.",
+    )
 }
 
 /// 414: a path segment a key takes is longer than 256 bytes.
 pub fn segment_too_long() -> Problem {
-    Problem {
-        status: 414,
-        body: json!({
-            "type": "about:blank",
-            "title": "URI Too Long",
-            "status": 414,
-            "detail": "A path segment the rate limit keys by is longer than 256 bytes.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        414,
+        "URI Too Long",
+        "A path segment the rate limit keys by is longer than 256 bytes.",
+    )
 }
 
 /// 400: a path that climbs above the root.
 pub fn above_root() -> Problem {
-    Problem {
-        status: 400,
-        body: json!({
-            "type": "about:blank",
-            "title": "Bad Request",
-            "status": 400,
-            "detail": "The request path climbs above the root ('..').",
-        })
-        .to_string(),
-    }
+    about_blank(
+        400,
+        "Bad Request",
+        "The request path climbs above the root ('..').",
+    )
 }
 
 /// 400: a path segment with an encoded `/`, `\` or NUL, which backends read in different ways.
 pub fn encoded_separator() -> Problem {
-    Problem {
-        status: 400,
-        body: json!({
-            "type": "about:blank",
-            "title": "Bad Request",
-            "status": 400,
-            "detail": "A path segment holds an encoded '/', '\\' or NUL (%2F, %5C, %00), which servers do not agree on.",
-        })
-        .to_string(),
-    }
+    about_blank(400, "Bad Request", "A path segment holds an encoded '/', '\\' or NUL (%2F, %5C, %00), which servers do not agree on.")
 }
 
 /// 400: a path the engine will not match to a route.
@@ -150,73 +125,40 @@ pub fn bad_path(error: PathError) -> Problem {
 
 /// 502: a proxy's upstream refused the connection or broke it before answering.
 pub fn upstream_unreachable() -> Problem {
-    Problem {
-        status: 502,
-        body: json!({
-            "type": "about:blank",
-            "title": "Bad Gateway",
-            "status": 502,
-            "detail": "The upstream service could not be reached.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        502,
+        "Bad Gateway",
+        "The upstream service could not be reached.",
+    )
 }
 
 /// 408: a proxy's caller paused its request body longer than the gateway waits for it.
 pub fn body_timeout() -> Problem {
-    Problem {
-        status: 408,
-        body: json!({
-            "type": "about:blank",
-            "title": "Request Timeout",
-            "status": 408,
-            "detail": "The request body stopped arriving.",
-        })
-        .to_string(),
-    }
+    about_blank(408, "Request Timeout", "The request body stopped arriving.")
 }
 
 /// 504: a proxy's upstream did not answer in time.
 pub fn upstream_timeout() -> Problem {
-    Problem {
-        status: 504,
-        body: json!({
-            "type": "about:blank",
-            "title": "Gateway Timeout",
-            "status": 504,
-            "detail": "The upstream service did not answer in time.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        504,
+        "Gateway Timeout",
+        "The upstream service did not answer in time.",
+    )
 }
 
 /// 400: a forward-auth request that does not say which request it describes.
 pub fn undescribed_request() -> Problem {
-    Problem {
-        status: 400,
-        body: json!({
-            "type": "about:blank",
-            "title": "Bad Request",
-            "status": 400,
-            "detail": "A forward-auth request names the original method and URI in X-Forwarded-Method and X-Forwarded-Uri (or X-Original-Method and X-Original-URI).",
-        })
-        .to_string(),
-    }
+    about_blank(400, "Bad Request", "A forward-auth request names the original method and URI in X-Forwarded-Method and X-Forwarded-Uri (or X-Original-Method and X-Original-URI).")
 }
 
 /// 500: the module refused a store call. The deployment's bug, not the caller's: the body
 /// says so without the store's text (which may name keys, and so identities).
 pub fn store_refused(_error: &str) -> Problem {
-    Problem {
-        status: 500,
-        body: json!({
-            "type": "about:blank",
-            "title": "Internal Server Error",
-            "status": 500,
-            "detail": "The rate limiter's store refused a call; the gateway's operators have the details.",
-        })
-        .to_string(),
-    }
+    about_blank(
+        500,
+        "Internal Server Error",
+        "The rate limiter's store refused a call; the gateway's operators have the details.",
+    )
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 /// Runs `lines` inside one MULTI/EXEC so they see (almost) the same instant.
 fn atomically(c: &mut Connection, lines: &[&str]) -> Vec<Vec<i64>> {

@@ -13,8 +13,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn usage(c: &mut Connection, key: &str) -> i64 {
     cmd("MEMORY")

@@ -12,8 +12,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 /// The server's clock in milliseconds since the Unix epoch.
 fn server_ms(c: &mut Connection) -> u64 {

@@ -15,8 +15,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 const COMMANDS_MD: &str = include_str!("../commands.md");
 

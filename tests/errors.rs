@@ -10,8 +10,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn err(c: &mut Connection, line: &str) -> String {
     let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();

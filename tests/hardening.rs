@@ -11,8 +11,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

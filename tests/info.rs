@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn info(c: &mut Connection, key: &str) -> Vec<(String, Value)> {
     let v: Value = cmd("RL.INFO").arg(key).query(c).unwrap();

@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn flatten(v: &Value, out: &mut Vec<String>) {
     match v {

@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn multi(c: &mut Connection, line: &str) -> redis::RedisResult<Value> {
     let mut command = cmd("RL.MULTI");

@@ -10,8 +10,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 /// Builds keys of both algorithms in several states, returns their names.
 fn populate(c: &mut Connection) -> Vec<String> {

@@ -10,8 +10,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 const ALGOS: [&str; 5] = ["gcra", "bucket", "window", "sliding", "log"];
 

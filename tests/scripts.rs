@@ -11,7 +11,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use rl_testkit as common;
 mod script_mode;
 
 use common::cluster::Cluster;

@@ -10,7 +10,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use rl_testkit as common;
 mod script_mode;
 
 use common::{cmd, error_text, Rng, Server, Value};

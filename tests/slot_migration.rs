@@ -11,9 +11,9 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::cluster::*;
 use common::*;
+use rl_testkit as common;
 
 use redis::ErrorKind;
 use std::thread::sleep;

@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 fn throttle(c: &mut Connection, line: &str) -> Vec<i64> {
     let mut command = cmd("CL.THROTTLE");

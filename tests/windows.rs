@@ -9,8 +9,8 @@
     clippy::indexing_slicing
 )]
 
-mod common;
 use common::*;
+use rl_testkit as common;
 
 use std::thread::sleep;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-"""Real servers for the tests, as the Rust harness (tests/common) starts them: `RL_SERVER` (default
+"""Real servers for the tests, as the Rust harness (testkit) starts them: `RL_SERVER` (default
 redis-server) with `RL_MODULE` (default the workspace's release build) on a free loopback port,
 killed when the test module ends."""
 

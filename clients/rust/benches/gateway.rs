@@ -22,8 +22,7 @@
     clippy::indexing_slicing
 )]
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use rl_testkit as common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};

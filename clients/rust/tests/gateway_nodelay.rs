@@ -12,8 +12,7 @@
     clippy::indexing_slicing
 )]
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use rl_testkit as common;
 
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;

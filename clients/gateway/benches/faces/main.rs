@@ -37,8 +37,7 @@
     clippy::indexing_slicing
 )]
 
-#[path = "../../../../tests/common/mod.rs"]
-mod common;
+use rl_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Command;

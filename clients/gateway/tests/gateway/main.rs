@@ -11,8 +11,7 @@
     clippy::indexing_slicing
 )]
 
-#[path = "../../../../tests/common/mod.rs"]
-mod common;
+use rl_testkit as common;
 mod rls_support;
 mod support;
 

@@ -4,17 +4,16 @@
 //! `$RL_MODULE` or this build's `target/<profile>/librl.so` in the workspace. Each server gets
 //! its own loopback port (see [`free_port`]) and directory, and is killed when dropped.
 //! Connections are retried and checked with PING, so a loaded machine slows the suite down
-//! rather than failing it. The client crate includes this harness too (`#[path]`).
+//! rather than failing it. Every crate's tests and benchmarks use it as a dev-dependency.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// A test stops at its first surprise, and so does its harness: it may unwrap, expect, panic
+// and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
     clippy::indexing_slicing
 )]
-#![allow(dead_code)] // each test file uses a different part of the harness
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -539,6 +538,8 @@ pub fn wait_until(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
 pub struct Rng(pub u64);
 
 impl Rng {
+    // An endless generator, not an iterator: the tests call it by the name xorshift's papers use.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;

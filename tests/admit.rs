@@ -1,8 +1,8 @@
 //! RL.ADMIT against a real server: commands.md's worked examples, reply fields, TTLs, DRYRUN,
 //! RESP3, MULTI/EXEC and Lua.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,8 +2,8 @@
 //! are routed (`MOVED`, `CROSSSLOT`) and the limiters survive live resharding (`MIGRATE`).
 //! Each test gets its own cluster (see `common::cluster`).
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -3,8 +3,8 @@
 //! answers `DEADLINE ...`; on or before it, the call is the same call without the option. The
 //! deadlines are written from the server's own `TIME`, the clock the commands decide with.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -6,8 +6,8 @@
 //! exactly the module's command table as registered. The test does not link the module's rlib:
 //! it installs Redis's allocator as the global one, which cannot allocate outside a server.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,8 +1,8 @@
 //! Every bad input gets an error reply, changes nothing, and never crashes the server —
 //! including the inputs that abort Redis under redis-cell today.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,8 +2,8 @@
 //! refused, every state a command can write saves and loads back, hints are honest after the
 //! clock steps back, and a value that fails to load says why in the server's log.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,8 +1,8 @@
 //! The native type through RDB, AOF (with and without the RDB preamble), DUMP/RESTORE, COPY,
 //! MEMORY USAGE and DEBUG DIGEST-VALUE; corrupt and truncated payloads are refused.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

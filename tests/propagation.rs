@@ -4,8 +4,8 @@
 //! compares every key's value digest and absolute expiry on both sides. The gate itself, and the
 //! changes skipped effects still count, are tested in `skip_effects.rs`.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,8 +2,8 @@
 //! shared vectors on a server without the module, the script on a cluster, and a replica of a
 //! server running it. The differential run against the module is in `scripts_differential.rs`.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,8 +1,8 @@
 //! Script mode (`clients/scripts/rl.lua`) replies as the module does: random command sequences
 //! sent to one server of each mode, and rules large enough that a double would round.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -4,8 +4,8 @@
 //! as changes for the RDB `save` points. What a replica or an AOF receives while effects are
 //! skipped is in `propagation.rs`.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -4,8 +4,8 @@
 //! down, leave at most `negative_cache.entries` entries in each table; and callers with the
 //! longest identities allowed leave at most `Options::table_bytes` in each.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,8 +1,8 @@
 //! The in-memory store is bounded in bytes (`clients/CONTRACT.md` section 12): keys whose
 //! state is full again go first, then the least recently used live ones, counted.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

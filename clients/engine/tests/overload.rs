@@ -2,8 +2,8 @@
 //! while the driver's loop ran late is the gateway's overload, not the store's failure; a
 //! request arriving while the loop is stalled two store timeouts is shed at the door.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

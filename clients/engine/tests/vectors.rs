@@ -3,8 +3,8 @@
 //! headers, bodies, store calls and metrics it states. Every binding runs the same files; the
 //! format is `clients/vectors/README.md`.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,8 +2,8 @@
 //! every command over a multiplexed connection (RESP2 and RESP3), a `ConnectionManager` and a
 //! 3-node cluster; `RL.MULTI` routing and its one-slot check; a store that cannot answer.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,8 +1,8 @@
 //! Decision logs: a sample of decisions, every shadow refusal and every admission without the
 //! store, carrying route, rule, policy version and outcome, never a key or an identity.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,5 +1,5 @@
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

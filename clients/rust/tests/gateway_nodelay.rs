@@ -3,8 +3,8 @@
 //! network kept 96 of 100 exports past a 50 ms deadline. Checked on the socket itself: every
 //! socket this process holds to the server has the option on.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

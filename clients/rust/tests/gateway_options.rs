@@ -2,8 +2,8 @@
 //! resolved asynchronously by the application, `durable` rules waiting for a replica (on
 //! connections of their own), and shadow semaphores.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,8 +2,8 @@
 //! serves its postures, and decisions return to the store within `breaker.open` plus a second
 //! of the store coming back, whether it was down at the start or killed and restarted.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -3,8 +3,8 @@
 //! answered a 2xx, and a key that keeps as many reservations as the module allows refusing the
 //! caller with a 429 (never a 500, never the breaker).
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -3,8 +3,8 @@
 //! route's rules; identities are bytes (a Latin-1 user is not anonymous, nor another user);
 //! an identity over 256 bytes is a 431 that asks nothing of the store.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

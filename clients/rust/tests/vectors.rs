@@ -4,8 +4,8 @@
 //! decision and render the vector's headers. With `RL_MODE=script` the server has no module and
 //! the same vectors run through the script (`clients/SPEC.md` section 5).
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

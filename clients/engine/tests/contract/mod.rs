@@ -1,8 +1,8 @@
 //! The scenario format's parts every step uses: scripted store answers, values as JSON, and
 //! the comparison of what was expected with what came out (`clients/vectors/README.md`).
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

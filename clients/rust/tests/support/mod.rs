@@ -1,8 +1,8 @@
 //! What the client's tests share: serving an axum app on a free loopback port, a gateway on a
 //! policy file in front of a test server, and capturing what `tracing` logs.
 
-// Test code stops at its first surprise: its helpers, not only its `#[test]` functions (which
-// clippy.toml covers), may unwrap, expect, panic and index.
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

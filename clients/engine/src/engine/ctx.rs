@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::verdict::{Verdict, VerdictKind};
 use crate::headers::HeaderOutcome;
 use crate::metrics::Outcome;
-use crate::policy::{Policy, Route, RuleKind, RuleSpec};
+use crate::policy::{ChargeOn, Policy, Route, RuleKind, RuleSpec};
 
 /// One rule of the route with its key rendered for this request.
 pub(crate) struct Keyed {
@@ -34,9 +34,20 @@ impl Keyed {
         }
     }
 
-    /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation.
+    /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation: a `settle` rule, and
+    /// a `charge` rule, which is settled by the response's status.
     pub(crate) fn settles(&self) -> bool {
-        matches!(&self.rule.kind, RuleKind::Rate(r) if r.settle) && !self.rule.shadow && self.spend
+        matches!(&self.rule.kind, RuleKind::Rate(r) if r.settle || r.charge.is_some())
+            && !self.rule.shadow
+            && self.spend
+    }
+
+    /// The statuses a `charge` rule is charged on.
+    pub(crate) fn charge(&self) -> Option<ChargeOn> {
+        match &self.rule.kind {
+            RuleKind::Rate(r) => r.charge,
+            RuleKind::Semaphore(_) => None,
+        }
     }
 
     /// Asked alone, without spending, before the calls that spend.

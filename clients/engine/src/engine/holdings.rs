@@ -98,6 +98,10 @@ impl Holdings {
     /// known, keeps a reservation made under the caller's key (a retry of a failed attempt is
     /// not charged again) and settles only reported units; one under a drawn id is forgotten
     /// all the same, since no retry can name it.
+    ///
+    /// A `charge` rule's reservation is settled by the status alone: to its cost on one of the
+    /// rule's statuses, to 0 on any other, and kept at its cost when no status is known (a
+    /// caller who hangs up before the answer is not let off the count).
     pub fn settle(&mut self, status: Option<u16>, actual: Option<&[u8]>) -> Vec<Call> {
         let reserved = std::mem::take(&mut self.reserved);
         let actual = actual.and_then(actual_cost);
@@ -105,7 +109,10 @@ impl Holdings {
         reserved
             .into_iter()
             .filter_map(|r| {
-                let args = if done || !r.retriable {
+                let args = if let Some(on) = r.charge {
+                    let charged = status.is_none_or(|s| on.contains(s));
+                    command::settle_and_forget(&r.key, &r.id, if charged { r.estimate } else { 0 })
+                } else if done || !r.retriable {
                     command::settle_and_forget(&r.key, &r.id, actual.unwrap_or(r.estimate))
                 } else {
                     command::settle(&r.key, &r.id, actual?)

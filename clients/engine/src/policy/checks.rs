@@ -101,6 +101,7 @@ impl RuleSpec {
             cost: 1,
             settle: false,
             grant,
+            charge: None,
         });
         let key = KeyTemplate::parse(name)?;
         Ok(RuleSpec {

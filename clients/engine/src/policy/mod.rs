@@ -140,6 +140,43 @@ pub struct RateSpec {
     pub cost: u64,
     pub settle: bool,
     pub grant: Option<GrantSpec>,
+    /// Charged only when the response has one of these statuses (`charge.on_status`): the
+    /// cost is reserved before, and settled to itself or to 0 at the response's end.
+    pub charge: Option<ChargeOn>,
+}
+
+/// A set of HTTP statuses (100 to 599), the ones a `charge` rule is charged on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChargeOn([u64; 8]);
+
+impl ChargeOn {
+    pub const LOWEST: u16 = 100;
+    pub const HIGHEST: u16 = 599;
+
+    /// The set of `statuses`, each in 100..=599; `None` for any outside.
+    pub fn of(statuses: &[u16]) -> Option<ChargeOn> {
+        let mut bits = [0u64; 8];
+        for &status in statuses {
+            if !(Self::LOWEST..=Self::HIGHEST).contains(&status) {
+                return None;
+            }
+            let i = usize::from(status - Self::LOWEST);
+            *bits.get_mut(i / 64)? |= 1 << (i % 64);
+        }
+        Some(ChargeOn(bits))
+    }
+
+    pub fn contains(&self, status: u16) -> bool {
+        let Some(i) = status.checked_sub(Self::LOWEST).map(usize::from) else {
+            return false;
+        };
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    /// The statuses, in order.
+    pub fn statuses(&self) -> impl Iterator<Item = u16> + '_ {
+        (Self::LOWEST..=Self::HIGHEST).filter(|s| self.contains(*s))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

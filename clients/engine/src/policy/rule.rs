@@ -11,7 +11,8 @@ use rl_core::rule::{
 use serde::Deserialize;
 
 use super::field::{core_message, duration};
-use super::{header_rule, invalid, GrantSpec, KeyTemplate, PolicyError, RateSpec, RuleKind};
+use super::RuleKind;
+use super::{header_rule, invalid, ChargeOn, GrantSpec, KeyTemplate, PolicyError, RateSpec};
 use super::{RuleSpec, SemaphoreSpec};
 use crate::headers::Prepared;
 
@@ -30,8 +31,15 @@ pub(super) struct RawRule {
     durable: Option<bool>,
     expect_refusals: Option<f64>,
     grant: Option<RawGrant>,
+    charge: Option<RawCharge>,
     pub(super) concurrency: Option<u64>,
     pub(super) lease: Option<String>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawCharge {
+    on_status: Vec<u16>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -54,6 +62,7 @@ impl RawRule {
                 ("cost", self.cost.is_some()),
                 ("settle", self.settle.is_some()),
                 ("grant", self.grant.is_some()),
+                ("charge", self.charge.is_some()),
             ];
             if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
                 return Err(invalid(
@@ -136,6 +145,10 @@ impl RawRule {
                     Some(GrantSpec { want: g.want, ttl })
                 }
             };
+            let charge = match self.charge {
+                None => None,
+                Some(c) => Some(validate_charge(&at("charge"), &c, algo, settle, &grant)?),
+            };
             RuleKind::Rate(RateSpec {
                 algo,
                 rule,
@@ -143,6 +156,7 @@ impl RawRule {
                 cost,
                 settle,
                 grant,
+                charge,
             })
         };
         let header = Prepared::new(&header_rule(name, &kind));
@@ -172,4 +186,52 @@ impl RawRule {
             },
         })
     }
+}
+
+/// `charge.on_status`: some statuses, each a valid HTTP status; reserved and settled as a
+/// `settle` rule is, so gcra or bucket, and neither `settle` (the backend's count) nor `grant`
+/// (spent from local chunks, which no status gives back).
+fn validate_charge(
+    path: &str,
+    charge: &RawCharge,
+    algo: Algo,
+    settle: bool,
+    grant: &Option<GrantSpec>,
+) -> Result<ChargeOn, PolicyError> {
+    let at = format!("{path}.on_status");
+    if charge.on_status.is_empty() {
+        return Err(invalid(
+            at,
+            "names no status: a rule charged on none counts nothing",
+        ));
+    }
+    let on = ChargeOn::of(&charge.on_status).ok_or_else(|| {
+        invalid(
+            &at,
+            format!(
+                "each status must be in the range [{}, {}]",
+                ChargeOn::LOWEST,
+                ChargeOn::HIGHEST
+            ),
+        )
+    })?;
+    if !matches!(algo, Algo::Gcra | Algo::Bucket) {
+        return Err(invalid(
+            path,
+            "charging by status needs algo gcra or bucket",
+        ));
+    }
+    if settle {
+        return Err(invalid(
+            path,
+            "a rule is charged by status or settled to the backend's count, not both",
+        ));
+    }
+    if grant.is_some() {
+        return Err(invalid(
+            path,
+            "a rule spent from chunks (grant) cannot be charged by status",
+        ));
+    }
+    Ok(on)
 }

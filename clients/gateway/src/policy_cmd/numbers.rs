@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rl_engine::policy::{RuleKind, RuleSpec};
+use rl_engine::policy::{ChargeOn, RuleKind, RuleSpec};
 use rl_engine::time::format_rfc3339;
 use rl_engine::{Instant, Policy};
 
@@ -177,6 +177,8 @@ pub(crate) struct Cell {
     pub settle: bool,
     /// `grant`: chunks of `want`, lapsing after `ttl`.
     pub grant: Option<(u64, Duration)>,
+    /// `charge.on_status`: charged only on these statuses.
+    pub charge: Option<ChargeOn>,
 }
 
 impl Cell {
@@ -202,6 +204,10 @@ impl Cell {
         }
         if self.settle {
             notes.push("settle".to_string());
+        }
+        if let Some(on) = self.charge {
+            let statuses: Vec<String> = on.statuses().map(|s| s.to_string()).collect();
+            notes.push(format!("charged on {}", statuses.join("/")));
         }
         notes.join(", ")
     }
@@ -253,7 +259,7 @@ pub(crate) fn resolve(
                 .unwrap_or_default(),
         ),
     };
-    let (limit, settle, grant) = match &spec.kind {
+    let (limit, settle, grant, charge) = match &spec.kind {
         RuleKind::Rate(r) => (
             Limit::Rate {
                 algo: r.algo.name(),
@@ -264,6 +270,7 @@ pub(crate) fn resolve(
             },
             r.settle,
             r.grant.map(|g| (g.want, g.ttl)),
+            r.charge,
         ),
         RuleKind::Semaphore(s) => (
             Limit::Semaphore {
@@ -271,6 +278,7 @@ pub(crate) fn resolve(
                 lease: s.lease,
             },
             false,
+            None,
             None,
         ),
     };
@@ -281,6 +289,7 @@ pub(crate) fn resolve(
         unused,
         settle,
         grant,
+        charge,
     }
 }
 

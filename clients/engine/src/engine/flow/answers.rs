@@ -82,7 +82,7 @@ impl Pending {
                     }
                 }
             }
-            Expect::Reserve { index } if reply::reservations_full(&reply) => {
+            Expect::Reserve { index, .. } if reply::reservations_full(&reply) => {
                 // The key keeps as many reservations as the module allows (a tenant's
                 // attempts in flight or failed under distinct Idempotency-Keys): the caller's
                 // doing, so a 429, not a 500. They are all forgotten within the module's keep;
@@ -94,7 +94,7 @@ impl Pending {
                 self.answer.refused.push((index, wait));
                 self.answer.uncached.push(index);
             }
-            Expect::Reserve { index } => {
+            Expect::Reserve { index, id } => {
                 let decided = reply::decision(&reply)?;
                 self.answer
                     .outcomes
@@ -104,11 +104,13 @@ impl Pending {
                         self.answer.taken.push(index);
                     }
                     if let Some(k) = ctx.keyed.get(index) {
+                        let charge = k.charge();
                         self.reserved.push(Reserved {
                             key: k.key.clone().into_bytes(),
-                            id: self.id.clone(),
+                            id,
                             estimate: k.cost(),
-                            retriable: self.keyed_id,
+                            retriable: self.keyed_id && charge.is_none(),
+                            charge,
                         });
                     }
                 } else {

@@ -117,16 +117,27 @@ impl Pending {
         if !k.settles() {
             return None;
         }
-        if self.id.is_empty() {
+        let draw = || {
             let rng = &self.shared.rng;
-            self.id = format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes();
-        }
+            format!("{:016x}{:016x}", rng.u64(), rng.u64()).into_bytes()
+        };
+        // A charge rule's reservation is its own, never the caller's `Idempotency-Key`: a
+        // caller naming one key on concurrent attempts would otherwise be handed the first
+        // attempt's admission, uncharged, however many of them fail.
+        let id = if k.charge().is_some() {
+            draw()
+        } else {
+            if self.id.is_empty() {
+                self.id = draw();
+            }
+            self.id.clone()
+        };
         let args = admit_of(k.key.as_bytes(), rate, k.cost)
-            .reserve(self.id.clone(), None)
+            .reserve(id.clone(), None)
             .deadline(deadline_ms(self.deadline, &ctx.policy))
             .args()
             .ok()?;
-        self.expect.push(Expect::Reserve { index });
+        self.expect.push(Expect::Reserve { index, id });
         Some(Call {
             args,
             key: k.key.clone().into_bytes(),

@@ -16,6 +16,7 @@ use super::ctx::{Ctx, Outcomes};
 use super::{lock, Answer, Call, Shared, Step};
 use crate::breaker::Ticket;
 use crate::metrics::{CallResult, Event};
+use crate::policy::ChargeOn;
 use crate::time::Instant;
 use crate::wire::{command, reply};
 use crate::wire::{Error, Reply};
@@ -42,6 +43,8 @@ pub(crate) struct Reserved {
     /// Whether the id is the caller's `Idempotency-Key`'s: only then can a retry name it, so
     /// only then is it kept past a response that was not a 2xx.
     pub(crate) retriable: bool,
+    /// A `charge` rule's statuses: settled to `estimate` on one of them, to 0 on any other.
+    pub(crate) charge: Option<ChargeOn>,
 }
 
 /// Tokens taken from a chunk, to give back if a later rule refuses.
@@ -70,13 +73,30 @@ enum Phase {
 
 /// What an outstanding call was for.
 enum Expect {
-    Grant { index: usize, slot: String },
-    Acquire { index: usize },
-    Reserve { index: usize },
-    Ask { index: usize },
-    Multi { names: HashMap<String, usize> },
-    Shadow { index: usize },
-    Wait { indices: Vec<usize> },
+    Grant {
+        index: usize,
+        slot: String,
+    },
+    Acquire {
+        index: usize,
+    },
+    /// `id`: the reservation's, the request's own or a `charge` rule's drawn one.
+    Reserve {
+        index: usize,
+        id: Vec<u8>,
+    },
+    Ask {
+        index: usize,
+    },
+    Multi {
+        names: HashMap<String, usize>,
+    },
+    Shadow {
+        index: usize,
+    },
+    Wait {
+        indices: Vec<usize>,
+    },
 }
 
 /// A request being decided. Dropping it before it is done (the caller went away) gives back a

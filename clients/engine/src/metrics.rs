@@ -13,6 +13,7 @@ use crate::policy::Policy;
 use crate::time::Instant;
 use crate::wire::Mode;
 
+mod capacity;
 mod render;
 mod text;
 pub use text::escape;
@@ -114,6 +115,13 @@ pub enum Event<'a> {
     /// A published snapshot a follower refused (invalid, past the size bound, or with a
     /// version field that disagrees with its document): once per distinct document.
     PolicyRejected,
+    /// A capacity shed a request its route's rules admitted (section 14); `/metrics` counts
+    /// these from the capacity itself.
+    CapacityShed {
+        route: &'a str,
+        capacity: &'a str,
+        class: &'static str,
+    },
 }
 
 /// Implemented by the application to feed its own metrics library; called for every event,
@@ -164,6 +172,7 @@ pub struct Metrics {
     // The shadow rules of the policy in force that declare `expect_refusals`, counted from
     // the load of that snapshot.
     shadows: Mutex<BTreeMap<String, ShadowWatch>>,
+    capacities: capacity::Registered,
     hook: Option<Arc<dyn MetricsHook>>,
 }
 
@@ -217,8 +226,14 @@ impl Metrics {
             plans: AtomicBool::new(false),
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
+            capacities: capacity::Registered::default(),
             hook,
         }
+    }
+
+    /// The capacities of the policy in force, whose gauges `/metrics` shows.
+    pub fn capacities(&self, capacities: Vec<(String, Arc<crate::capacity::Capacity>)>) {
+        self.capacities.set(capacities);
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -283,6 +298,7 @@ impl Metrics {
             Event::PolicyRejected => {
                 self.policy_rejected.fetch_add(1, Ordering::Relaxed);
             }
+            Event::CapacityShed { .. } => {}
         }
         if let Some(hook) = &self.hook {
             hook.event(&event);

@@ -161,6 +161,26 @@ pub fn store_refused(_error: &str) -> Problem {
     )
 }
 
+/// The problem type of a request shed by a capacity (section 14): a name, not a page, and
+/// apart from the 429's and the store-unavailable 503's, so callers and dashboards tell "you
+/// exceeded your plan" and "the limiter is down" from "the service is over capacity".
+pub const CAPACITY_EXCEEDED: &str = "urn:redis-rl:problem:capacity-exceeded";
+
+/// 503: the backend behind the route is at the capacity it can serve now; retry after the
+/// time in `Retry-After`.
+pub fn capacity_exceeded() -> Problem {
+    Problem {
+        status: 503,
+        body: json!({
+            "type": CAPACITY_EXCEEDED,
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "The service is over capacity; retry after the time in Retry-After.",
+        })
+        .to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,13 +210,15 @@ impl Run {
         }
         if let Some(id) = step.get("finish").and_then(Value::as_str) {
             // The lease stays known: a later `tick` or `finish` of it must give nothing.
-            let (lease, _) = self.leases.get_mut(id).ok_or("no lease of that request")?;
             let actual = step.get("actual_cost").and_then(Value::as_str);
             // The response's status: 200 unless the step says otherwise (`null`: unknown).
             let status = match step.get("status") {
                 None => Some(200),
                 Some(s) => s.as_u64().and_then(|s| u16::try_from(s).ok()),
             };
+            let now = self.now();
+            let (lease, _) = self.leases.get_mut(id).ok_or("no lease of that request")?;
+            lease.answered(status, now);
             let calls = lease.finish(status, actual.map(str::as_bytes));
             expect_calls(step.get("calls"), &calls)?;
             self.send_to_memory(&calls);

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::capacities::Slot;
 use super::flow::{Held, Reserved};
 use super::Call;
 use crate::time::Instant;
@@ -15,6 +16,8 @@ pub struct Holdings {
     held: Vec<Held>,
     reserved: Vec<Reserved>,
     next_renewal: Option<Instant>,
+    /// The request's place in its route's capacity, ended by [`Holdings::answered`].
+    slot: Option<Slot>,
 }
 
 /// `X-Actual-Cost`: a decimal count of units, surrounding blanks allowed; anything else leaves
@@ -29,6 +32,21 @@ impl Holdings {
             held,
             reserved,
             next_renewal: None,
+            slot: None,
+        }
+    }
+
+    pub(crate) fn with_slot(self, slot: Option<Slot>) -> Holdings {
+        Holdings { slot, ..self }
+    }
+
+    /// The backend answered at `now` with `status` (`None`: the request ended without an
+    /// answer): the request's capacity slot is given back, and an adaptive limit learns from
+    /// the latency and the status. Call it when the response's head is known, before
+    /// [`Holdings::settle`]; once, later calls change nothing. No store call.
+    pub fn answered(&mut self, status: Option<u16>, now: Instant) {
+        if let Some(mut slot) = self.slot.take() {
+            slot.end(status, now);
         }
     }
 
@@ -38,9 +56,10 @@ impl Holdings {
         Holdings::new(vec![Held { key, holder, lease }], Vec::new())
     }
 
-    /// Whether nothing is held or reserved (no call at the response's end).
+    /// Whether nothing is held or reserved (no call at the response's end) and no capacity
+    /// slot waits for [`Holdings::answered`].
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.reserved.is_empty()
+        self.held.is_empty() && self.reserved.is_empty() && self.slot.is_none()
     }
 
     /// How many semaphore slots are held.

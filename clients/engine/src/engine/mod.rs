@@ -10,6 +10,7 @@
 //! Every step after the first carries the same deadline, `store.timeout` from the start.
 
 mod answer;
+mod capacities;
 mod checks;
 mod count;
 mod ctx;
@@ -17,6 +18,7 @@ mod flow;
 mod holdings;
 mod verdict;
 
+pub use capacities::Slot;
 pub use checks::{Check, CheckOutcome, CheckSource};
 pub use flow::Pending;
 pub use holdings::Holdings;
@@ -41,6 +43,7 @@ use crate::rng::Rng;
 use crate::table::{Table, TableUse};
 use crate::time::Instant;
 use crate::wire::{Args, Reply};
+use capacities::Capacities;
 
 /// The units the backend reports it actually used, for `settle` rules.
 pub const ACTUAL_COST: &str = "x-actual-cost";
@@ -155,6 +158,8 @@ const MIN_LATENESS: Duration = Duration::from_millis(5);
 
 /// Separates the decision ids' sequence from the decisions' own for one seed.
 const IDS_SEED: u64 = 0x5EED_0F1D_5EED_0F1D;
+/// Separates the tenants' hash from both.
+const TENANT_SEED: u64 = 0x7E4A_0175_7E4A_0175;
 
 /// The engine: one per process and store, shared by every request.
 #[derive(Clone)]
@@ -177,6 +182,10 @@ pub(crate) struct Shared {
     entries: NonZeroUsize,
     options: Options,
     rng: Rng,
+    // The policy's capacities, swapped whole at a reload; and the keyed hash a tenant's
+    // identity enters their fair share as.
+    capacities: ArcSwap<Capacities>,
+    tenant_hash: foldhash::fast::FixedState,
     // Decision ids, apart from `rng` so that logging draws nothing from the sequence the
     // decisions use: a SplitMix64 sequence never repeats within 2^64 draws.
     ids: Rng,
@@ -209,6 +218,8 @@ impl Engine {
             metrics.policy_loaded(&policy);
         }
         let entries = NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN);
+        let capacities = Capacities::of(&policy, &Capacities::default(), options.seed);
+        metrics.capacities(capacities.listed());
         Engine {
             shared: Arc::new(Shared {
                 cache: NegativeCache::from_spec(&policy.negative_cache, options.table_bytes),
@@ -228,6 +239,8 @@ impl Engine {
                     ..options
                 },
                 rng: Rng::new(options.seed),
+                capacities: ArcSwap::from_pointee(capacities),
+                tenant_hash: foldhash::fast::FixedState::with_seed(options.seed ^ TENANT_SEED),
                 ids: Rng::new(options.seed ^ IDS_SEED),
                 records: Mutex::new((0, 0)),
             }),
@@ -254,6 +267,13 @@ impl Engine {
             });
         }
         let next = Arc::new(next);
+        let capacities = Capacities::of(
+            &next,
+            &self.shared.capacities.load(),
+            self.shared.options.seed,
+        );
+        self.shared.metrics.capacities(capacities.listed());
+        self.shared.capacities.store(Arc::new(capacities));
         self.shared.policy.store(Arc::clone(&next));
         if !next.for_checks {
             self.shared.metrics.policy_loaded(&next);
@@ -263,7 +283,8 @@ impl Engine {
 
     /// Starts deciding a request at `now`: its state, and the first step.
     pub fn begin(&self, request: &Request<'_>, now: Instant) -> (Pending, Step) {
-        let (pending, step) = Pending::begin(Arc::clone(&self.shared), request, now);
+        let (mut pending, step) = Pending::begin(Arc::clone(&self.shared), request, now);
+        let step = pending.draw(step, now);
         (pending, self.shared.seal(step, now))
     }
 
@@ -278,7 +299,11 @@ impl Engine {
     /// Feeds the answers to the last step's calls (none after a `Wait`) and answers the next
     /// step.
     pub fn resume(&self, pending: &mut Pending, answers: Vec<Answer>, now: Instant) -> Step {
-        let step = pending.resume(answers, now);
+        let step = match pending.parked() {
+            Some(verdict) => Step::Done(verdict),
+            None => pending.resume(answers, now),
+        };
+        let step = pending.draw(step, now);
         self.shared.seal(step, now)
     }
 

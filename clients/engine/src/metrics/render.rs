@@ -39,6 +39,7 @@ impl Metrics {
         // Each family's lines follow its own header: the plans', overrides' and shadows'
         // families come before this one, never inside it.
         self.store_mode(&mut out);
+        self.capacities.render(&mut out);
         out
     }
 

@@ -53,6 +53,7 @@ impl Policy {
             on_store_error,
         );
         Policy {
+            capacities: BTreeMap::new(),
             version,
             identity: Identity {
                 user: None,

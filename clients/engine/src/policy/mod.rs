@@ -5,6 +5,7 @@
 //! Every refusal names the field by its JSON path (`rules.read.period`), because the operator
 //! reading the error has the file open, not this code.
 
+mod capacity;
 mod checks;
 mod field;
 mod plans;
@@ -14,6 +15,7 @@ mod template;
 mod validate;
 mod validate_route;
 
+pub use capacity::{RouteCapacity, MAX_IN_FLIGHT, MAX_WAIT};
 pub use validate_route::DEFAULT_NAME;
 
 pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
@@ -32,6 +34,7 @@ use std::time::Duration;
 
 use rl_core::rule::{Algo, Rule};
 
+use crate::capacity::CapacitySpec;
 use crate::headers::{HeaderRule, Prepared};
 use crate::time::Instant;
 
@@ -91,6 +94,8 @@ pub struct Policy {
     /// The callers' plans (section 8.1), when the policy has any.
     pub plans: Option<Plans>,
     pub overrides: Overrides,
+    /// The in-flight limits routes draw on (section 14), by name.
+    pub capacities: BTreeMap<String, CapacitySpec>,
     /// What is legal but worth a log line at load (an override already expired).
     pub warnings: Vec<String>,
     pub negative_cache: NegativeCacheSpec,
@@ -242,6 +247,8 @@ pub struct Route {
     headers: Vec<String>,
     /// The policy's `default`: it decides the requests no other route matches.
     default: bool,
+    /// The capacity it draws on, and its priority there.
+    pub capacity: Option<RouteCapacity>,
 }
 
 impl Route {
@@ -271,6 +278,7 @@ impl Route {
             uses_ip,
             headers,
             default: false,
+            capacity: None,
         }
     }
 

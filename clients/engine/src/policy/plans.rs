@@ -11,6 +11,9 @@ use std::time::Duration;
 // SipHash: their keys come from the policy alone, so a caller chooses only what is looked up,
 // never what is stored, and has no collisions to pile up.
 use foldhash::fast::RandomState;
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::rule::RawRule;
@@ -38,7 +41,45 @@ pub(super) struct RawPlans {
     default: String,
     #[serde(default)]
     tenants: BTreeMap<String, String>,
-    limits: BTreeMap<String, BTreeMap<String, RawNumbers>>,
+    limits: BTreeMap<String, RawPlanLimits>,
+}
+
+/// One plan's entry in `plans.limits`: the rules it changes by name, and its `weight` in a
+/// capacity's fair share (section 14).
+pub(super) struct RawPlanLimits {
+    weight: Option<u64>,
+    rules: BTreeMap<String, RawNumbers>,
+}
+
+/// The largest fair-share weight: a plan a thousand times another's is already all of it.
+pub const MAX_WEIGHT: u64 = 1000;
+
+impl<'de> Deserialize<'de> for RawPlanLimits {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = RawPlanLimits;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of rule names to their numbers, and the plan's weight")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawPlanLimits, A::Error> {
+                let mut out = RawPlanLimits {
+                    weight: None,
+                    rules: BTreeMap::new(),
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "weight" {
+                        out.weight = Some(map.next_value()?);
+                    } else {
+                        let numbers = map.next_value()?;
+                        out.rules.insert(key, numbers);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Entries)
+    }
 }
 
 #[derive(Deserialize)]
@@ -69,6 +110,8 @@ pub struct Plans {
     /// For each plan, the rules it changes, whole: a few per plan, so a scan of short names
     /// is cheaper than hashing one per rule of every request.
     rules: Vec<Vec<Arc<RuleSpec>>>,
+    /// For each plan, its weight in a capacity's fair share.
+    weights: Vec<u32>,
 }
 
 /// How a caller's plan was found.
@@ -100,6 +143,11 @@ impl Plans {
 
     pub fn names(&self) -> &[Arc<str>] {
         &self.names
+    }
+
+    /// The plan's weight in a capacity's fair share: 1 unless the plan says otherwise.
+    pub fn weight(&self, plan: usize) -> u32 {
+        self.weights.get(plan).copied().unwrap_or(1)
     }
 
     /// The rule as the plan gives it, when the plan changes it.
@@ -265,7 +313,21 @@ impl RawPlans {
             tenants.insert(tenant.as_bytes().to_vec(), id);
         }
         let mut per_plan = Vec::with_capacity(names.len());
-        for (plan_name, numbers) in self.limits {
+        let mut weights = Vec::with_capacity(names.len());
+        for (plan_name, limits) in self.limits {
+            let weight = limits.weight.unwrap_or(1);
+            weights.push(
+                u32::try_from(weight)
+                    .ok()
+                    .filter(|w| (1..=MAX_WEIGHT).contains(&u64::from(*w)))
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("plans.limits.{plan_name}.weight"),
+                            format!("must be in the range [1, {MAX_WEIGHT}]"),
+                        )
+                    })?,
+            );
+            let numbers = limits.rules;
             let mut changed = Vec::with_capacity(numbers.len());
             for (rule, n) in numbers {
                 let path = format!("plans.limits.{plan_name}.{rule}");
@@ -280,6 +342,7 @@ impl RawPlans {
             default,
             tenants,
             rules: per_plan,
+            weights,
         })
     }
 }

@@ -9,6 +9,7 @@ use rl_core::bounds::{MAX_CLOCK_SKEW_TEXT, MAX_CLOCK_SKEW_US};
 use rl_core::rule::{MAX_PERIOD_TEXT, MAX_PERIOD_US};
 use serde::Deserialize;
 
+use super::capacity::{validate_capacities, RawCapacity};
 use super::field::duration;
 use super::plans::{validate_overrides, RawOverride, RawPlans};
 use super::rule::RawRule;
@@ -31,6 +32,8 @@ pub(super) struct RawPolicy {
     plans: Option<RawPlans>,
     #[serde(default)]
     overrides: Vec<RawOverride>,
+    #[serde(default)]
+    capacity: BTreeMap<String, RawCapacity>,
     #[serde(default)]
     negative_cache: RawNegativeCache,
     #[serde(default)]
@@ -203,9 +206,10 @@ impl RawPolicy {
             validate_overrides(self.overrides, &self.rules, &rules, loaded, &mut warnings)?;
         let mut router = Router::new(self.case_sensitive, self.strict_slash);
         let mut names: HashMap<String, usize> = HashMap::new();
+        let capacities = validate_capacities(self.capacity)?;
         let mut routes: Vec<Arc<Route>> = Vec::with_capacity(self.routes.len());
         for (i, raw) in self.routes.into_iter().enumerate() {
-            let route = raw.validate(&format!("routes[{i}]"), &rules)?;
+            let route = raw.validate(&format!("routes[{i}]"), &rules, &capacities)?;
             // Two routes one request could match are one route written twice.
             if let Err(first) = router.insert(&route.template, &route.methods, i) {
                 let other = routes.get(first).map(|r| r.name()).unwrap_or_default();
@@ -305,6 +309,7 @@ impl RawPolicy {
             routes,
             router,
             plans,
+            capacities,
             overrides,
             warnings,
             negative_cache,

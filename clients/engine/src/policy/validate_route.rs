@@ -6,8 +6,10 @@ use std::sync::Arc;
 use rl_core::rule::{check_cost, Algo, Rule, MAX_PERIOD_TEXT, MAX_PERIOD_US};
 use serde::Deserialize;
 
+use super::capacity::route_capacity;
 use super::field::{core_message, duration};
 use super::{invalid, Methods, OnStoreError, PathTemplate, PolicyError, Route, RuleKind, RuleSpec};
+use crate::capacity::CapacitySpec;
 
 /// The longest route name: a metrics label, not a document.
 const MAX_NAME: usize = 128;
@@ -21,6 +23,8 @@ pub(super) struct RawRoute {
     rules: Vec<String>,
     on_store_error: Option<RawOnStoreError>,
     name: Option<String>,
+    capacity: Option<String>,
+    priority: Option<String>,
 }
 
 /// The route for the requests no route matches (section 8.4): rules and a posture only.
@@ -45,8 +49,12 @@ impl RawDefault {
             rules: self.rules,
             on_store_error: self.on_store_error,
             name: Some(DEFAULT_NAME.into()),
+            capacity: None,
+            priority: None,
         };
-        Ok(raw.validate("default", rules)?.into_default())
+        Ok(raw
+            .validate("default", rules, &BTreeMap::new())?
+            .into_default())
     }
 }
 
@@ -99,7 +107,9 @@ impl RawRoute {
         self,
         path: &str,
         rules: &BTreeMap<String, Arc<RuleSpec>>,
+        capacities: &BTreeMap<String, CapacitySpec>,
     ) -> Result<Route, PolicyError> {
+        let capacity = route_capacity(path, self.capacity, self.priority, capacities)?;
         let methods = methods(&format!("{path}.method"), &self.method)?;
         let template = PathTemplate::parse(&self.path)
             .map_err(|message| invalid(format!("{path}.path"), message))?;
@@ -247,13 +257,16 @@ impl RawRoute {
                 }
             },
         };
-        Ok(Route::new(
-            methods,
-            self.path,
-            template,
-            self.name,
-            specs,
-            on_store_error,
-        ))
+        Ok(Route {
+            capacity,
+            ..Route::new(
+                methods,
+                self.path,
+                template,
+                self.name,
+                specs,
+                on_store_error,
+            )
+        })
     }
 }

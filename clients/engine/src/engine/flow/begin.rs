@@ -50,6 +50,9 @@ impl Pending {
             held: Vec::new(),
             reserved: Vec::new(),
             answer: Outcomes::default(),
+            drawing: None,
+            slot: None,
+            parked: None,
             ctx: None,
             shared,
         }
@@ -81,22 +84,30 @@ impl Pending {
         if route.is_default() {
             pending.shared.metrics.record(Event::Unmatched);
         }
-        if route.exempt() {
-            let verdict = pending.shared.exempt(&policy, &route);
-            return (pending, Step::Done(verdict));
-        }
         let header = |name: Option<&str>| -> Option<&[u8]> {
             request.headers.first(name?).filter(|v| !v.is_empty())
         };
         let caller = request.caller;
-        let user = caller
-            .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
-            .map(str::as_bytes)
-            .or_else(|| header(policy.identity.user.as_deref()));
         let tenant = caller
             .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
             .map(str::as_bytes)
             .or_else(|| header(policy.identity.tenant.as_deref()));
+        if route.exempt() {
+            // No rule to decide: only its capacity, if it names one.
+            if route.capacity.is_some() {
+                let plan = policy.plans.as_ref().map(|plans| {
+                    let plan = plans.resolve(header(policy.identity.plan.as_deref()), tenant);
+                    (plan.plan, plans)
+                });
+                pending.drawing = pending.shared.drawing(&route, tenant, plan, now);
+            }
+            let verdict = pending.shared.exempt(&policy, &route);
+            return (pending, Step::Done(verdict));
+        }
+        let user = caller
+            .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
+            .map(str::as_bytes)
+            .or_else(|| header(policy.identity.user.as_deref()));
         // An identity longer than any real one is a caller's attempt to grow the tables.
         let keyed_headers = route.key_headers().iter().map(|name| header(Some(name)));
         if [user, tenant]
@@ -123,6 +134,10 @@ impl Pending {
         let plan_name = plan
             .zip(policy.plans.as_ref())
             .and_then(|(p, plans)| plans.name(p));
+        pending.drawing =
+            pending
+                .shared
+                .drawing(&route, tenant, plan.zip(policy.plans.as_ref()), now);
         let ip = route
             .uses_ip()
             .then(|| client_ip(&policy.identity, request.headers, request.peer))

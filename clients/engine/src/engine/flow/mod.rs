@@ -7,6 +7,7 @@
 mod answers;
 mod begin;
 mod calls;
+mod draw;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -123,6 +124,11 @@ pub struct Pending {
     pub(super) held: Vec<Held>,
     pub(super) reserved: Vec<Reserved>,
     answer: Outcomes,
+    /// The capacity the request draws on once its rules admit it; its slot once it has one;
+    /// and the rules' verdict while it waits for one.
+    drawing: Option<super::capacities::Drawing>,
+    slot: Option<super::capacities::Slot>,
+    parked: Option<super::Verdict>,
 }
 
 impl Pending {
@@ -146,6 +152,7 @@ impl Pending {
             std::mem::take(&mut self.held),
             std::mem::take(&mut self.reserved),
         )
+        .with_slot(self.slot.take())
     }
 
     pub(super) fn resume(&mut self, answers: Vec<Answer>, now: Instant) -> Step {

@@ -50,14 +50,23 @@ impl DenyStatus {
 }
 
 /// Refuses a policy this face cannot enforce, naming the first route that needs a response's
-/// end (a semaphore, or a `settle` rule).
+/// end (a semaphore, a `settle` or `charge` rule, or a capacity).
 pub fn check_policy(policy: &Policy) -> Result<(), String> {
     let routes = policy.routes.iter().chain(std::iter::once(&policy.default));
     for route in routes {
+        if let Some(capacity) = &route.capacity {
+            return Err(format!(
+                "route '{}' draws on capacity '{}', which needs the end of the response that \
+                 forward auth never sees; give it to the reverse proxy (--listen) instead",
+                route.name(),
+                capacity.name
+            ));
+        }
         for rule in route.rules.iter().filter(|r| !r.shadow) {
             let needs_end = match &rule.kind {
                 RuleKind::Semaphore(_) => Some("a semaphore"),
                 RuleKind::Rate(r) if r.settle => Some("a settle rule"),
+                RuleKind::Rate(r) if r.charge.is_some() => Some("a charge rule"),
                 RuleKind::Rate(_) => None,
             };
             if let Some(what) = needs_end {

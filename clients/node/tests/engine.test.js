@@ -167,7 +167,7 @@ class Run {
       const lease = this.leases.get(step.finish);
       if (!lease) throw new Error('no lease of that request');
       // The response's status: 200 unless the step says otherwise (null: unknown).
-      const calls = lease.holdings.finish(step.actual_cost, step.status === undefined ? 200 : step.status);
+      const calls = lease.holdings.finish(step.actual_cost, step.status === undefined ? 200 : step.status, this.now);
       expectCalls(step.calls, calls);
       this.toMemory(calls);
     } else if (step.tick !== undefined) {

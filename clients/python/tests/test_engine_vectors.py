@@ -260,7 +260,7 @@ class Run:
             actual = step.get("actual_cost")
             # The response's status: 200 unless the step says otherwise (null: unknown).
             calls = lease.finish(actual.encode() if actual is not None else None,
-                                 step.get("status", 200))
+                                 step.get("status", 200), self.now)
             expect_calls(step.get("calls"), calls)
             self.to_memory(calls)
         elif "tick" in step:

@@ -12,6 +12,8 @@ use super::table::{Align, Table};
 pub struct Report {
     summary: Vec<String>,
     table: String,
+    /// The capacities and who draws on them, when the policy has any.
+    capacities: Option<String>,
     /// Whether the document has plans (the legend then says how to read a plan's row).
     plans: bool,
     warnings: Vec<String>,
@@ -32,6 +34,7 @@ impl Report {
         Report {
             summary: doc.summary(),
             table: table.render(),
+            capacities: super::capacities::table(&doc.policy),
             plans: doc.policy.plans.is_some(),
             warnings: warnings(doc),
         }
@@ -45,6 +48,10 @@ impl Report {
         text.push_str(&self.table);
         text.push('\n');
         text.push_str(legend(self.plans));
+        if let Some(capacities) = &self.capacities {
+            text.push('\n');
+            text.push_str(capacities);
+        }
         text.push_str(&warning_lines(&self.warnings));
         text
     }
@@ -101,6 +108,14 @@ pub(crate) fn warnings(doc: &Doc) -> Vec<String> {
                     printable(plan)
                 ));
             }
+        }
+    }
+    for name in p.capacities.keys() {
+        if super::capacities::drawn_by(p, name).is_empty() {
+            out.push(format!(
+                "capacity.{}: no route draws on it: it protects nothing",
+                printable(name)
+            ));
         }
     }
     for (i, o) in p.overrides.iter().enumerate() {

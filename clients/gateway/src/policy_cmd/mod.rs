@@ -12,6 +12,7 @@
 // workspace's lints keep a bad one an error message, never a panic).
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
+mod capacities;
 mod check;
 mod diff;
 mod doc;

@@ -125,6 +125,47 @@ fn a_policy_with_a_semaphore_or_settle_rule_on_a_route_is_refused_naming_the_rou
     );
 }
 
+/// A capacity and a rule charged by status both need the response's end, too.
+#[test]
+fn a_policy_with_a_capacity_or_charge_rule_on_a_route_is_refused_naming_the_route() {
+    let cases = [
+        (
+            json!({
+                "version": 1,
+                "rules": {"r": {"key": "k", "limit": 5, "period": "1s"}},
+                "capacity": {"orders": {"limit": {"fixed": 8}}},
+                "routes": [{"name": "checkout", "method": "POST", "path": "/checkout",
+                            "rules": ["r"], "capacity": "orders", "priority": "critical"}],
+                "default": {"rules": []}
+            }),
+            "route 'checkout' draws on capacity 'orders'",
+        ),
+        (
+            json!({
+                "version": 1,
+                "rules": {"fails": {"key": "k", "limit": 5, "period": "15m",
+                                    "charge": {"on_status": [401]}}},
+                "routes": [{"name": "login", "method": "POST", "path": "/login", "rules": ["fails"]}],
+                "default": {"rules": []}
+            }),
+            "route 'login' has a charge rule ('fails')",
+        ),
+    ];
+    for (policy, message) in cases {
+        let file = policy_file(&policy);
+        let (code, _, err) = run(&[
+            "--policy",
+            file.to_str().unwrap(),
+            "--store",
+            "memory://",
+            "--auth",
+            "127.0.0.1:0",
+        ]);
+        assert_eq!(code, Some(2));
+        assert!(err.contains(message), "{err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_uri_the_face_cannot_read_as_text_is_decided_never_a_400() {
     let gw = start(&[]);

@@ -585,3 +585,52 @@ fn diff_tabulates_both_documents_side_by_side() {
         ]
     );
 }
+
+/// A policy's capacities under the rules' table: each one's limit, wait and sharing, the
+/// routes drawing on it with their class, and a warning for one no route draws on. A rule
+/// charged by status says so in its notes.
+#[test]
+fn check_shows_each_capacity_and_who_draws_on_it() {
+    let text = json!({
+      "version": 1,
+      "identity": {"tenant": "x-tenant", "user": "x-user"},
+      "rules": {
+        "tenant": {"key": "{t:${tenant}}:all", "limit": 100, "period": "1s"},
+        "login": {"key": "{l:${user}}:fails", "limit": 5, "period": "15m",
+                  "charge": {"on_status": [401, 403]}}
+      },
+      "capacity": {
+        "orders": {"limit": {"adaptive": {"min": 4, "max": 1000, "initial": 16}},
+                   "queue": {"max_wait": "20ms"}, "fair": "tenant"},
+        "search": {"limit": {"fixed": 64}}
+      },
+      "routes": [
+        {"method": "POST", "path": "/checkout", "rules": ["tenant"], "capacity": "orders", "priority": "critical"},
+        {"method": "POST", "path": "/reports/export", "rules": ["tenant"], "capacity": "orders", "priority": "batch"},
+        {"method": "GET", "path": "/orders/{id}", "rules": ["tenant"], "capacity": "orders"},
+        {"method": "POST", "path": "/login", "rules": ["login"]}
+      ],
+      "default": {"rules": []}
+    })
+    .to_string();
+    let text = policy_cmd::check(&text, NOW).unwrap().render();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("capacity"))
+        .unwrap();
+    assert_eq!(
+        &lines[at..at + 4],
+        [
+            "capacity  limit                     wait  fair    drawn on by",
+            "--------  ------------------------  ----  ------  ----------------------------------------------------------------------------------------",
+            "orders    adaptive 4..1000 from 16  20ms  tenant  POST /checkout (critical), POST /reports/export (batch), GET /orders/{id} (standard)",
+            "search    fixed 64                  -     -       (no route)",
+        ]
+    );
+    assert!(text.contains("charged on 401/403"), "{text}");
+    assert!(
+        text.contains("warning: capacity.search: no route draws on it: it protects nothing"),
+        "{text}"
+    );
+}

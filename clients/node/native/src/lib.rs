@@ -11,7 +11,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use rl_engine::memory::MemoryStore as CoreStore;
 use rl_engine::metrics::{Event, MetricsHook};
-use rl_engine::{Answer, Caller, Metrics, Mode, Options, Policy, Request, Step};
+use rl_engine::{Answer, Caller, Instant, Metrics, Mode, Options, Policy, Request, Step};
 use serde_json::Value;
 
 mod convert;
@@ -387,8 +387,19 @@ impl Holdings {
     /// The settlements, with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
     /// and the response's status (absent: unknown). After a 2xx each reservation is settled
     /// and forgotten, so its Idempotency-Key is charged anew; otherwise only reported units.
+    /// The request's capacity slot, if it holds one, is given back as answered at `nowUs`
+    /// (Unix microseconds; by default the system clock's), teaching an adaptive limit.
     #[napi]
-    pub fn settle(&mut self, actual_cost: Option<String>, status: Option<u32>) -> Vec<CallOut> {
+    pub fn settle(
+        &mut self,
+        actual_cost: Option<String>,
+        status: Option<u32>,
+        now_us: Option<f64>,
+    ) -> Vec<CallOut> {
+        self.holdings.answered(
+            status_of(status),
+            now_us.map_or_else(Instant::wall, instant),
+        );
         calls_out(
             self.holdings
                 .settle(status_of(status), actual_cost.as_deref().map(str::as_bytes)),
@@ -401,9 +412,19 @@ impl Holdings {
         calls_out(self.holdings.release())
     }
 
-    /// Settlements then releases: the response ended.
+    /// Settlements then releases: the response ended (the capacity slot given back as by
+    /// `settle`).
     #[napi]
-    pub fn finish(&mut self, actual_cost: Option<String>, status: Option<u32>) -> Vec<CallOut> {
+    pub fn finish(
+        &mut self,
+        actual_cost: Option<String>,
+        status: Option<u32>,
+        now_us: Option<f64>,
+    ) -> Vec<CallOut> {
+        self.holdings.answered(
+            status_of(status),
+            now_us.map_or_else(Instant::wall, instant),
+        );
         calls_out(
             self.holdings
                 .finish(status_of(status), actual_cost.as_deref().map(str::as_bytes)),

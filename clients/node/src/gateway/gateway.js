@@ -324,7 +324,8 @@ function held(decision, holdings, started, background) {
     // After a 2xx the reservations are forgotten (a reused Idempotency-Key is charged anew);
     // a status not known keeps them, so a retry of the attempt is not charged again.
     const known = Number.isInteger(status) && status >= 0 ? status : null;
-    await background(holdings.settle(actual === undefined || actual === null ? null : String(actual), known));
+    // The request's capacity slot is given back now, with the backend's latency.
+    await background(holdings.settle(actual === undefined || actual === null ? null : String(actual), known, nowUs()));
   };
   let ended = false;
   // Resolves once the releases were sent (or given up on): a caller may wait for the slot.

@@ -452,13 +452,18 @@ impl Holdings {
     /// The settlements with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
     /// and the response's status (None: unknown). After a 2xx each reservation is settled and
     /// forgotten, so its Idempotency-Key is charged anew; otherwise only reported units settle.
-    #[pyo3(signature = (actual_cost = None, status = None))]
+    /// The request's capacity slot, if it holds one, is given back as answered at `now`
+    /// (microseconds; by default the system clock's), teaching an adaptive limit the latency.
+    #[pyo3(signature = (actual_cost = None, status = None, now = None))]
     fn settle(
         &mut self,
         py: Python<'_>,
         actual_cost: Option<&[u8]>,
         status: Option<u16>,
+        now: Option<u64>,
     ) -> PyResult<Py<PyList>> {
+        self.inner
+            .answered(status, now.map_or_else(Instant::wall, Instant::from_micros));
         calls(py, self.inner.settle(status, actual_cost))
     }
 
@@ -467,14 +472,18 @@ impl Holdings {
         calls(py, self.inner.release())
     }
 
-    /// Settlements, then releases: the calls at the response's end.
-    #[pyo3(signature = (actual_cost = None, status = None))]
+    /// Settlements, then releases: the calls at the response's end (the capacity slot given
+    /// back as by `settle`).
+    #[pyo3(signature = (actual_cost = None, status = None, now = None))]
     fn finish(
         &mut self,
         py: Python<'_>,
         actual_cost: Option<&[u8]>,
         status: Option<u16>,
+        now: Option<u64>,
     ) -> PyResult<Py<PyList>> {
+        self.inner
+            .answered(status, now.map_or_else(Instant::wall, Instant::from_micros));
         calls(py, self.inner.finish(status, actual_cost))
     }
 

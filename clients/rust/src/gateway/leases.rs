@@ -58,9 +58,15 @@ impl<C: RlConnection + 'static> Leases<C> {
     /// Settles the request's reservations with the units the backend reported in
     /// `X-Actual-Cost` (absent or invalid: the estimate stands); after a 2xx `status` they are
     /// forgotten, so a reused `Idempotency-Key` is charged anew. A settlement that fails
-    /// leaves the estimate standing; a retried one changes nothing.
+    /// leaves the estimate standing; a retried one changes nothing. The request's capacity
+    /// slot, if its route draws on one, is given back now, with the response's latency and
+    /// status for an adaptive limit to learn from.
     pub async fn settle(&mut self, status: u16, actual_cost: Option<&[u8]>) {
-        let calls = lock(&self.lease).settle(Some(status), actual_cost);
+        let calls = {
+            let mut lease = lock(&self.lease);
+            lease.answered(Some(status), super::now());
+            lease.settle(Some(status), actual_cost)
+        };
         send_each(&self.rl, calls).await;
     }
 

@@ -257,12 +257,15 @@ class Outcome:
         """Settles the request's reservations with a valid X-Actual-Cost (absent or invalid:
         the estimate stands) and the response's status (None: unknown). After a 2xx they are
         forgotten, so a reused Idempotency-Key is charged anew; after anything else a retry is
-        not charged again. Only the first call counts."""
+        not charged again. Only the first call counts. The request's capacity slot, if its
+        route draws on one, is given back: call it when the response's head is known."""
         if self._holdings is None:
             return
         if isinstance(actual_cost, str):
             actual_cost = actual_cost.encode("latin-1")
-        await self._gateway._send_soon(self._store, self._holdings.settle(actual_cost, status))
+        # The request's capacity slot is given back now, with the backend's latency.
+        calls = self._holdings.settle(actual_cost, status, now_us())
+        await self._gateway._send_soon(self._store, calls)
 
     async def release(self) -> None:
         """Releases the request's semaphore slots and stops their renewal. Idempotent."""

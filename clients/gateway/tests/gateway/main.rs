@@ -16,6 +16,7 @@ mod rls_support;
 mod support;
 
 mod auth;
+mod capacity;
 mod charge;
 mod envoy_example;
 mod fleet;

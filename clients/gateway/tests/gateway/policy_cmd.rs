@@ -623,7 +623,7 @@ fn check_shows_each_capacity_and_who_draws_on_it() {
         &lines[at..at + 4],
         [
             "capacity  limit                     wait  fair    drawn on by",
-            "--------  ------------------------  ----  ------  ----------------------------------------------------------------------------------------",
+            "--------  ------------------------  ----  ------  ------------------------------------------------------------------------------------",
             "orders    adaptive 4..1000 from 16  20ms  tenant  POST /checkout (critical), POST /reports/export (batch), GET /orders/{id} (standard)",
             "search    fixed 64                  -     -       (no route)",
         ]

@@ -2,8 +2,16 @@
 //! what the capacity admits leaves every critical request served, and the shed batch requests
 //! get the capacity's 503 (section 14 of the contract).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+// Test code stops at its first surprise: all of it, not only the `#[test]` functions that
+// clippy.toml covers, may unwrap, expect, panic and index.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use rl_testkit as common;
 mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -154,7 +154,10 @@ async fn load(base: &str, rate: f64, seconds: u64) -> Vec<Answer> {
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
-            answers.lock().unwrap().push((class, served, sent.elapsed()));
+            answers
+                .lock()
+                .unwrap()
+                .push((class, served, sent.elapsed()));
         }));
     }
     for t in tasks {
@@ -228,10 +231,22 @@ async fn main() {
         .find_map(|l| l.strip_prefix("rl_gateway_capacity_limit{capacity=\"upstream\"} "))
         .unwrap_or("?")
         .to_string();
-    println!("{}", row("through rl-gateway", &through, capacity, seconds, &limit));
+    println!(
+        "{}",
+        row("through rl-gateway", &through, capacity, seconds, &limit)
+    );
     drop(gw);
     // A fresh upstream, so no queue is left from the first run.
     let up = upstream(slots, service).await;
     let direct = load(&format!("http://{up}"), rate, seconds).await;
-    println!("{}", row("straight to the upstream", &direct, capacity, seconds, "none"));
+    println!(
+        "{}",
+        row(
+            "straight to the upstream",
+            &direct,
+            capacity,
+            seconds,
+            "none"
+        )
+    );
 }

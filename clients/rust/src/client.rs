@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
 use rl_engine::wire::command::{self, Acquire, Admit, Grant, Multi};
 pub use rl_engine::wire::reply::{
     Decision, GrantReply, KeyInfo, Lease, MultiDecision, RuleOutcome, Settlement,
 };
-use rl_engine::wire::{reply, Args, Reply};
+// The engine's CRC16, the one the gateway groups keyed checks by: one slot function in Rust.
+use rl_engine::wire::{reply, slot as key_slot, Args, Reply};
 
 pub use crate::error::{error_of, Error};
 use crate::mode::{self, Mode, ModeCell, ModeListener};
@@ -167,14 +168,14 @@ impl<C: RlConnection> Rl<C> {
     /// A command whose key is argument 1. Its slot is given explicitly, because in script mode
     /// the `COMMAND INFO` and the `SCRIPT LOAD` it may need must go where the key lives too.
     async fn call(&self, args: &Args) -> Result<Value, Error> {
-        let slot = args.as_slice().get(1).map(|key| get_slot(key));
+        let slot = args.as_slice().get(1).map(|key| key_slot(key));
         self.call_at(args, slot).await
     }
 
     /// Any command the engine asks for: `RL.*` in the mode in force, to the primary of
     /// `key`'s slot; `WAIT` as it is, on the connection (and node) that carried the writes.
     pub async fn send(&self, args: &Args, key: &[u8]) -> Result<Value, Error> {
-        let slot = get_slot(key);
+        let slot = key_slot(key);
         if args
             .as_slice()
             .first()
@@ -285,7 +286,7 @@ impl<C: RlConnection> Rl<C> {
         cmd.arg(replicas).arg(ms);
         let mut conn = self.conn.clone();
         match conn
-            .send_to_slot(&cmd, get_slot(key))
+            .send_to_slot(&cmd, key_slot(key))
             .await
             .map_err(|e| error_of(&e))?
         {
@@ -307,7 +308,7 @@ fn is_unknown_command(e: &RedisError) -> bool {
 
 /// The one slot every key of `request` hashes to (CRC16 with the hash-tag rule).
 pub fn one_slot(request: &Multi) -> Result<u16, Error> {
-    let mut slots = request.keys().map(get_slot);
+    let mut slots = request.keys().map(key_slot);
     let Some(first) = slots.next() else {
         return Err(Error::InvalidRequest(
             "RL.MULTI needs at least one rule".into(),
@@ -338,7 +339,7 @@ mod tests {
     #[test]
     fn one_slot_follows_the_hash_tag_rule() {
         let tagged = multi(&["{t:atlas}:user:17", "{t:atlas}", "{t:atlas}:route:catalog"]);
-        assert_eq!(one_slot(&tagged).unwrap(), get_slot(b"t:atlas"));
+        assert_eq!(one_slot(&tagged).unwrap(), key_slot(b"t:atlas"));
         assert!(matches!(
             one_slot(&multi(&["user:17", "tenant:atlas"])),
             Err(Error::InvalidRequest(ref m)) if m.contains("one cluster slot")

@@ -87,7 +87,10 @@ async fn a_batch_flood_at_twice_the_capacity_leaves_critical_requests_served() {
     for f in flood {
         f.await.unwrap();
     }
-    let (ok, shed) = (batch_ok.load(Ordering::Relaxed), batch_shed.load(Ordering::Relaxed));
+    let (ok, shed) = (
+        batch_ok.load(Ordering::Relaxed),
+        batch_shed.load(Ordering::Relaxed),
+    );
     assert!(ok > 0 && shed > 0, "batch: {ok} served, {shed} shed");
     let metrics = reqwest::get(format!("{}/metrics", gw.url("admin")))
         .await
@@ -96,7 +99,8 @@ async fn a_batch_flood_at_twice_the_capacity_leaves_critical_requests_served() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("rl_gateway_capacity_shed_total{capacity=\"orders\",class=\"critical\"} 0"),
+        metrics
+            .contains("rl_gateway_capacity_shed_total{capacity=\"orders\",class=\"critical\"} 0"),
         "{metrics}"
     );
     assert!(

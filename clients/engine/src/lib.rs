@@ -15,6 +15,7 @@
 
 pub mod breaker;
 pub mod cache;
+pub mod capacity;
 pub mod engine;
 pub mod fallback;
 pub mod headers;

@@ -203,6 +203,11 @@ impl Adaptive {
         l.round() as u32
     }
 
+    /// Whether the limit is halved for a probe: a refusal then is the probe's, not demand's.
+    pub(super) fn probing(&self) -> bool {
+        !matches!(self.probe, Probe::Idle)
+    }
+
     pub(super) fn no_load(&self) -> Option<Duration> {
         self.no_load.map(|us| Duration::from_micros(us as u64))
     }

@@ -8,7 +8,8 @@
 //! admission can bring about alone; and when a class is shed, every class below it is *held
 //! down* (shed whatever the count) for [`HOLD`]. A priority inversion, as this module defines
 //! and its tests check it, is the admission of a lower-class request less than [`HOLD`] after a
-//! higher-class one was shed: the hold-down makes it impossible.
+//! higher-class one was refused for room: the hold-down makes it impossible. (A tenant refused
+//! for being above its fair share is not refused for room, and holds nothing down.)
 //!
 //! **Fair share.** With `fair`, near a class's ceiling (within the tenth above it that the class
 //! below cannot reach), a tenant is admitted only while its in-flight count in the class is under
@@ -266,17 +267,20 @@ impl Capacity {
         }
         let limit = st.limit();
         let ceiling = ceiling(limit, priority);
-        if now < *st.held_until.get(priority) {
-            return self.shed(&mut st, priority, ceiling, now);
-        }
-        if st.in_flight >= ceiling {
+        // Both mean demand beyond the limit: the limit is in use.
+        if now < *st.held_until.get(priority) || st.in_flight >= ceiling {
             st.mark_saturated();
+            let probing = matches!(&st.limit, Limit::Adaptive(a) if a.probing());
+            if !probing {
+                st.hold_below(priority, now);
+            }
             return self.shed(&mut st, priority, ceiling, now);
         }
         let tenant = tenant.map(|t| (t.id, t.weight.max(1)));
         let key = tenant.map(|(id, _)| (id, priority.index()));
         if let (true, Some((id, weight))) = (self.fair, tenant) {
             let pressed = st.in_flight.saturating_add(reserve(limit)) >= ceiling;
+            // Not a hold-down: the class is not short of room, this tenant has its share.
             if pressed && st.above_share(id, weight, priority) {
                 st.mark_saturated();
                 return self.shed(&mut st, priority, ceiling, now);
@@ -391,6 +395,15 @@ impl State {
         match &self.limit {
             Limit::Fixed(_) => None,
             Limit::Adaptive(a) => a.no_load(),
+        }
+    }
+
+    /// A class was refused for room: the classes below it are refused for [`HOLD`].
+    fn hold_below(&mut self, p: Priority, now: Instant) {
+        let hold = now + HOLD;
+        for lower in Priority::ALL.iter().filter(|l| l.index() > p.index()) {
+            let h = self.held_until.get_mut(*lower);
+            *h = (*h).max(hold);
         }
     }
 

@@ -68,7 +68,7 @@ fn table(sc: &Scenario, slots: u32) {
         capacity(slots)
     );
     let steps = sc.slots.len() > 1;
-    print!("| contender | goodput | critical p99 (x unloaded) | inversions (s / hold) | Jain | limit (end)");
+    print!("| contender | goodput | critical p99 (x unloaded) | critical shed, batch admitted: seconds / within 1 s | any pair: seconds | within 1 s of a shed: batch after standard / standard after critical | Jain | limit (end)");
     println!(
         "{}",
         if steps {
@@ -78,7 +78,7 @@ fn table(sc: &Scenario, slots: u32) {
         }
     );
     println!(
-        "|---|---|---|---|---|---{}",
+        "|---|---|---|---|---|---|---|---{}",
         if steps { "|---|" } else { "|" }
     );
     for (name, mut c) in contenders(o) {
@@ -90,8 +90,8 @@ fn table(sc: &Scenario, slots: u32) {
         match guarded(|| run(sc, c.as_mut(), SEED)) {
             Ok(r) => row(&name, &r, steps),
             Err(e) => println!(
-                "| {name} | panicked: {e} |||||{}",
-                if steps { "|" } else { "" }
+                "| {name} | panicked: {e} |{}",
+                " |".repeat(if steps { 7 } else { 6 })
             ),
         }
     }
@@ -100,12 +100,15 @@ fn table(sc: &Scenario, slots: u32) {
 fn row(name: &str, r: &Report, steps: bool) {
     let settle = |s: &Option<f64>| s.map_or("never".to_string(), |s| format!("{s:.2} s"));
     print!(
-        "| {name} | {:.1} % | {:.0} ms ({:.2}x) | {} / {} | {:.3} | {}",
+        "| {name} | {:.1} % | {:.0} ms ({:.2}x) | {} / {} | {} | {} / {} | {:.3} | {}",
         r.goodput * 100.0,
         r.critical_p99_ms,
         r.critical_p99_ratio,
         r.inversions_second,
         r.inversions_hold,
+        r.inversions_any_second,
+        r.batch_after_standard,
+        r.standard_after_critical,
         r.jain,
         r.limits.last().map_or("-".to_string(), |l| l.to_string()),
     );
@@ -129,7 +132,7 @@ fn drift(minutes: u64, slots: u32, load: f64) {
         let r = match guarded(|| run(&sc, c.as_mut(), SEED)) {
             Ok(r) => r,
             Err(e) => {
-                println!("| {name} | panicked: {e} |||||");
+                println!("| {name} | panicked: {e} |{}", " |".repeat(4));
                 continue;
             }
         };

@@ -8,12 +8,13 @@
 //!   give, and with it a limit that creeps up).
 //! - Its median latency, divided by the no-load latency, is the queueing ratio `r`. Above
 //!   [`SHRINK_ABOVE`] the limit is cut in proportion (`limit * TARGET / r`, at most by half);
-//!   below [`GROW_BELOW`] it grows by a twentieth, but only if the limit was used (a class
+//!   below [`GROW_BELOW`] it grows, by up to a quarter the smaller `r` is, but only if the limit
+//!   was used (a class
 //!   reached its ceiling in the window): an idle limit learns nothing about headroom.
 //! - More than [`BAD_RATIO`] of failures or timeouts cuts it by that share (at most by half).
 //! - The no-load latency is measured, never inferred from the loaded latency: every
 //!   [`PROBE_EVERY`] (jittered by half either way, so gateways do not probe together) the limit
-//!   drops to half for as long as it takes the in-flight count to fall under it and the next
+//!   of standard and batch drops to half for as long as it takes the in-flight count to fall under it and the next
 //!   [`PROBE_SAMPLES`] requests admitted to end, and their median becomes the no-load latency. A probe lasts at most [`PROBE_MAX`] and never waits for traffic (Envoy's
 //!   gradient filter pins its limit to the minimum until a fixed number of samples arrive, and
 //!   stalls when they do not). Since the baseline is only ever measured without a queue, a
@@ -33,8 +34,9 @@ const GROW_BELOW: f64 = 1.1;
 const SHRINK_ABOVE: f64 = 1.35;
 /// Where a cut aims.
 const TARGET: f64 = 1.2;
-/// The growth per window of a used limit with headroom.
-const GROWTH: f64 = 0.05;
+/// The growth per window of a used limit with no queue at all; less as the queue nears
+/// [`GROW_BELOW`]. Fast, since a cut to `TARGET / r` undoes an overshoot in one window.
+const GROWTH: f64 = 0.25;
 /// Failures and timeouts beyond this share of a window's ends cut the limit.
 const BAD_RATIO: f64 = 0.02;
 /// A window's cohort, at least; and half the limit.
@@ -43,9 +45,10 @@ const MIN_SAMPLES: u32 = 32;
 const MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Latencies kept per window (a uniform sample of them beyond this).
 const KEPT: usize = 64;
-const PROBE_EVERY: Duration = Duration::from_secs(20);
+const PROBE_EVERY: Duration = Duration::from_secs(30);
 const PROBE_SAMPLES: u32 = 64;
 const PROBE_MAX: Duration = Duration::from_secs(1);
+const PROBES_KEPT: usize = 3;
 /// A probe needs this many samples to replace the no-load latency.
 const PROBE_MIN_SAMPLES: usize = 3;
 /// After a cut to under half the limit the last probe saw, the baseline may be stale (the
@@ -58,8 +61,11 @@ pub(super) struct Adaptive {
     min: f64,
     max: f64,
     limit: f64,
-    /// Microseconds; `None` until the first window closes.
+    /// Microseconds; `None` until the first window closes. The median of `probes`.
     no_load: Option<f64>,
+    /// The last [`PROBES_KEPT`] measures, oldest first: one probe's error (a median of 64 has
+    /// one of several percent) moves the baseline only if the next agrees.
+    probes: Vec<f64>,
     /// The sequence number of the next admission.
     next_seq: u64,
     window: Window,
@@ -177,6 +183,7 @@ impl Adaptive {
             max,
             limit,
             no_load: None,
+            probes: Vec::with_capacity(PROBES_KEPT),
             next_seq: 0,
             window: Window {
                 start: now,
@@ -193,19 +200,24 @@ impl Adaptive {
         }
     }
 
-    /// The limit admissions see: halved during a probe.
+    /// The limit.
     pub(super) fn limit(&self) -> u32 {
-        let l = match self.probe {
-            Probe::Idle => self.limit,
-            _ => (self.limit * 0.5).max(self.min),
-        };
         // In range by construction (min..=max of u32 values); `as` saturates regardless.
-        l.round() as u32
+        self.limit.round() as u32
     }
 
-    /// Whether the limit is halved for a probe: a refusal then is the probe's, not demand's.
+    /// Whether standard and batch see a halved limit: a refusal then is the probe's.
     pub(super) fn probing(&self) -> bool {
         !matches!(self.probe, Probe::Idle)
+    }
+
+    /// The limit standard and batch see: halved during a probe. Critical keeps the whole
+    /// limit: a probe never refuses it, and it is too small a share to hide the queue.
+    pub(super) fn probe_limit(&self) -> u32 {
+        match self.probe {
+            Probe::Idle => self.limit(),
+            _ => (self.limit * 0.5).max(self.min).round() as u32,
+        }
     }
 
     pub(super) fn no_load(&self) -> Option<Duration> {
@@ -244,7 +256,7 @@ impl Adaptive {
                 let since = *since;
                 if now.duration_since(since) >= PROBE_MAX {
                     self.end_probe(now, rng);
-                } else if in_flight <= self.limit() {
+                } else if in_flight <= self.probe_limit() {
                     self.probe = Probe::Measuring {
                         since,
                         cohort: Cohort::new(self.next_seq, PROBE_SAMPLES),
@@ -262,7 +274,9 @@ impl Adaptive {
     fn end_probe(&mut self, now: Instant, rng: &Rng) {
         if let Probe::Measuring { cohort, .. } = &mut self.probe {
             if cohort.kept.len() >= PROBE_MIN_SAMPLES && cohort.whole(self.next_seq) {
-                self.no_load = median(&mut cohort.kept);
+                if let Some(m) = median(&mut cohort.kept) {
+                    self.measured(m);
+                }
             }
         }
         self.probe = Probe::Idle;
@@ -273,6 +287,16 @@ impl Adaptive {
     }
 
     /// A new window, its cohort the next admissions.
+    fn measured(&mut self, us: f64) {
+        if self.probes.len() >= PROBES_KEPT {
+            self.probes.remove(0);
+        }
+        self.probes.push(us);
+        let mut sorted = self.probes.clone();
+        sorted.sort_by(f64::total_cmp);
+        self.no_load = sorted.get(sorted.len() / 2).copied();
+    }
+
     fn restart(&mut self, now: Instant) {
         let size = MIN_SAMPLES.max((self.limit / 2.0) as u32);
         self.window = Window {
@@ -335,7 +359,7 @@ impl Adaptive {
             cut = true;
         } else if let Some(med) = med {
             match self.no_load {
-                None => self.no_load = Some(med),
+                None => self.measured(med),
                 Some(base) if base > 0.0 => {
                     let r = med / base;
                     // An unused limit is not what made the latency: it is not cut for it.
@@ -343,10 +367,11 @@ impl Adaptive {
                         self.limit *= (TARGET / r).max(0.5);
                         cut = true;
                     } else if r < GROW_BELOW && saturated {
-                        self.limit += (self.limit * GROWTH).max(1.0);
+                        let headroom = ((GROW_BELOW - r) / (GROW_BELOW - 1.0)).min(1.0);
+                        self.limit += (self.limit * GROWTH * headroom).max(1.0);
                     }
                 }
-                Some(_) => self.no_load = Some(med),
+                Some(_) => self.measured(med),
             }
         }
         self.limit = self.limit.clamp(self.min, self.max);

@@ -3,13 +3,20 @@
 //! with classes that are shed in order and tenants that are shed by their share.
 //!
 //! **Classes.** Each class has a ceiling on the in-flight count: `critical` the whole limit,
-//! `standard` a tenth less, `batch` two tenths less (at least one slot each). So a critical
-//! request is refused only when the in-flight count is at the limit, which no standard or batch
-//! admission can bring about alone; and when a class is shed, every class below it is *held
-//! down* (shed whatever the count) for [`HOLD`]. A priority inversion, as this module defines
-//! and its tests check it, is the admission of a lower-class request less than [`HOLD`] after a
-//! higher-class one was refused for room: the hold-down makes it impossible. (A tenant refused
-//! for being above its fair share is not refused for room, and holds nothing down.)
+//! `standard` a tenth less, `batch` two tenths less (at least one slot each). Critical counts
+//! only its own requests against its ceiling: it borrows the slots lower classes hold, which
+//! are not refilled until the count is under their ceilings again (so the in-flight count
+//! exceeds the limit only by lower-class requests already admitted, while they drain). A
+//! critical request is refused only when critical requests alone fill the limit. When critical or standard is refused for room, batch is
+//! *held down* (refused whatever the count) for [`HOLD`]; when critical is, standard's ceiling
+//! also drops by another reserve for [`HOLD`]. A priority inversion, as this module defines and
+//! its tests check it, is the admission of a batch request less than [`HOLD`] after a request
+//! of a higher class was refused for room: the hold-down makes it impossible. (While the
+//! adaptive limit re-measures the no-load latency, standard and batch see half the limit, and
+//! their refusals then hold nothing down: they are the probe's, not demand's.) Standard is
+//! squeezed rather than held: holding it after each rare critical refusal would leave the
+//! backend idle whenever critical demand is below capacity. A critical tenant refused for
+//! being above its fair share counts as a refusal for room here; a standard one does not.
 //!
 //! **Fair share.** With `fair`, near a class's ceiling (within the tenth above it that the class
 //! below cannot reach), a tenant is admitted only while its in-flight count in the class is under
@@ -174,7 +181,8 @@ pub enum End {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapacityStats {
-    /// The limit admissions see now (halved while the no-load latency is re-measured).
+    /// The limit (critical's ceiling; standard's and batch's are under it, and halved while
+    /// the no-load latency is re-measured).
     pub limit: u32,
     pub in_flight: u32,
     pub in_flight_by_priority: PerClass<u32>,
@@ -201,8 +209,10 @@ struct State {
     tenants: HashMap<(u64, usize), TenantEntry, RandomState>,
     /// Sum of the weights of the tracked tenants, per class.
     weights: PerClass<u64>,
-    /// Each class is shed until then (a class above it was shed).
-    held_until: PerClass<Instant>,
+    /// Batch is refused until then: a class above it was refused for room.
+    batch_held_until: Instant,
+    /// Standard's ceiling is a reserve lower until then: critical was refused for room.
+    squeezed_until: Instant,
     shed: PerClass<u64>,
     admitted: PerClass<u64>,
     rate: DrainRate,
@@ -242,7 +252,8 @@ impl Capacity {
                 by_class: PerClass::default(),
                 tenants: HashMap::with_hasher(RandomState::default()),
                 weights: PerClass::default(),
-                held_until: PerClass::default(),
+                batch_held_until: Instant::default(),
+                squeezed_until: Instant::default(),
                 shed: PerClass::default(),
                 admitted: PerClass::default(),
                 rate: DrainRate {
@@ -265,24 +276,45 @@ impl Capacity {
         if let Limit::Adaptive(a) = &mut st.limit {
             a.tick(now, in_flight, &self.rng);
         }
-        let limit = st.limit();
-        let ceiling = ceiling(limit, priority);
-        // Both mean demand beyond the limit: the limit is in use.
-        if now < *st.held_until.get(priority) || st.in_flight >= ceiling {
-            st.mark_saturated();
+        let limit = match (&st.limit, priority) {
+            (Limit::Adaptive(a), Priority::Standard | Priority::Batch) => a.probe_limit(),
+            _ => st.limit(),
+        };
+        let ceiling = ceiling(limit, priority, now < st.squeezed_until);
+        let held = priority == Priority::Batch && now < st.batch_held_until;
+        // Critical counts only itself against the limit: it takes the slots that standard and
+        // batch requests in flight will free, and they are refused until the count is back
+        // under their ceilings. So it is refused only when critical alone fills the limit,
+        // not because a cut of the limit found lower classes in flight.
+        let counted = match priority {
+            Priority::Critical => *st.by_class.get(Priority::Critical),
+            _ => st.in_flight,
+        };
+        if held || counted >= ceiling {
+            if !held {
+                st.mark_saturated();
+            }
+            // Critical is never refused by a probe; the others' refusals during one are the
+            // probe's, not demand's, and hold nothing down.
             let probing = matches!(&st.limit, Limit::Adaptive(a) if a.probing());
-            if !probing {
-                st.hold_below(priority, now);
+            if !probing || priority == Priority::Critical {
+                st.refused_for_room(priority, now);
             }
             return self.shed(&mut st, priority, ceiling, now);
         }
         let tenant = tenant.map(|t| (t.id, t.weight.max(1)));
         let key = tenant.map(|(id, _)| (id, priority.index()));
         if let (true, Some((id, weight))) = (self.fair, tenant) {
-            let pressed = st.in_flight.saturating_add(reserve(limit)) >= ceiling;
-            // Not a hold-down: the class is not short of room, this tenant has its share.
+            let pressed = counted.saturating_add(reserve(limit)) >= ceiling;
+            // A critical tenant refused while a batch request could be admitted would be an
+            // inversion too: it holds batch down (and squeezes standard) like a refusal for
+            // room. Standard's fair-share refusals hold nothing: its tenants are not short of
+            // room, this one has its share.
             if pressed && st.above_share(id, weight, priority) {
                 st.mark_saturated();
+                if priority == Priority::Critical {
+                    st.refused_for_room(priority, now);
+                }
                 return self.shed(&mut st, priority, ceiling, now);
             }
         }
@@ -317,15 +349,10 @@ impl Capacity {
     fn shed(&self, st: &mut State, priority: Priority, ceiling: u32, now: Instant) -> Admission {
         let s = st.shed.get_mut(priority);
         *s = s.saturating_add(1);
-        let hold = now + HOLD;
-        for lower in Priority::ALL
-            .iter()
-            .filter(|p| p.index() > priority.index())
-        {
-            let h = st.held_until.get_mut(*lower);
-            *h = (*h).max(hold);
-        }
-        let held = st.held_until.get(priority).duration_since(now);
+        let held = match priority {
+            Priority::Batch => st.batch_held_until.duration_since(now),
+            _ => Duration::ZERO,
+        };
         let excess = st
             .in_flight
             .saturating_add(1)
@@ -376,10 +403,17 @@ fn reserve(limit: u32) -> u32 {
     ((f64::from(limit) * RESERVE).round() as u32).max(1)
 }
 
-/// The in-flight count at which a class is refused: `limit` less a reserve per class above it,
-/// and at least one, so no class is refused by an idle gateway.
-fn ceiling(limit: u32, p: Priority) -> u32 {
-    let below = reserve(limit).saturating_mul(p.index() as u32);
+/// The in-flight count at which a class is refused: `limit` less a reserve per class above it
+/// (one more for standard while `squeezed`), and at least one, so no class is refused by an
+/// idle gateway.
+fn ceiling(limit: u32, p: Priority, squeezed: bool) -> u32 {
+    let reserves = match p {
+        Priority::Critical => 0,
+        Priority::Standard if squeezed => 2,
+        Priority::Standard => 1,
+        Priority::Batch => 2,
+    };
+    let below = reserve(limit).saturating_mul(reserves);
     limit.saturating_sub(below).max(1)
 }
 
@@ -398,12 +432,17 @@ impl State {
         }
     }
 
-    /// A class was refused for room: the classes below it are refused for [`HOLD`].
-    fn hold_below(&mut self, p: Priority, now: Instant) {
-        let hold = now + HOLD;
-        for lower in Priority::ALL.iter().filter(|l| l.index() > p.index()) {
-            let h = self.held_until.get_mut(*lower);
-            *h = (*h).max(hold);
+    /// A class was refused for room. Below critical, batch is refused for [`HOLD`] and
+    /// standard's ceiling drops by another reserve (critical's room doubles): so critical is not
+    /// refused again while the classes below could be, yet standard, whose demand is not
+    /// deferrable like batch's, keeps most of its room.
+    fn refused_for_room(&mut self, p: Priority, now: Instant) {
+        let until = now + HOLD;
+        if p == Priority::Critical {
+            self.squeezed_until = self.squeezed_until.max(until);
+        }
+        if p != Priority::Batch {
+            self.batch_held_until = self.batch_held_until.max(until);
         }
     }
 

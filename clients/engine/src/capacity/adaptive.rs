@@ -1,7 +1,7 @@
 //! The adaptive in-flight limit: learned from the latency and outcome of the requests it
 //! admitted, in rounds ("windows") of fresh samples.
 //!
-//! - A window is a cohort: the next `max(32, limit / 2)` requests admitted after the limit last
+//! - A window is a cohort: the next `max(64, limit)` requests admitted after the limit last
 //!   changed, and it closes when all of them have ended. So every verdict is about the current
 //!   limit, not the one before it (a cut is not cut again by the queue it is draining), and its
 //!   latencies are not only the quickest of the cohort (which closing at the first n ends would
@@ -9,17 +9,21 @@
 //! - Its median latency, divided by the no-load latency, is the queueing ratio `r`. Above
 //!   [`SHRINK_ABOVE`] the limit is cut in proportion (`limit * TARGET / r`, at most by half);
 //!   below [`GROW_BELOW`] it grows, by up to a quarter the smaller `r` is, but only if the limit
-//!   was used (a class
-//!   reached its ceiling in the window): an idle limit learns nothing about headroom.
+//!   was used (a class reached its ceiling in the window): an idle limit learns nothing about
+//!   headroom, and an unused one is not cut for a latency it did not cause.
 //! - More than [`BAD_RATIO`] of failures or timeouts cuts it by that share (at most by half).
 //! - The no-load latency is measured, never inferred from the loaded latency: every
 //!   [`PROBE_EVERY`] (jittered by half either way, so gateways do not probe together) the limit
-//!   of standard and batch drops to half for as long as it takes the in-flight count to fall under it and the next
-//!   [`PROBE_SAMPLES`] requests admitted to end, and their median becomes the no-load latency. A probe lasts at most [`PROBE_MAX`] and never waits for traffic (Envoy's
-//!   gradient filter pins its limit to the minimum until a fixed number of samples arrive, and
-//!   stalls when they do not). Since the baseline is only ever measured without a queue, a
-//!   sustained overload cannot raise it, and the limit cannot creep up (the drift of Netflix's
-//!   Gradient2, whose baseline is a long average of the loaded latency).
+//!   standard and batch see drops to half until the in-flight count is under it and the next
+//!   8 to [`PROBE_SAMPLES`] requests admitted have ended; their median is a measure, and the
+//!   baseline is the median of the last three. A measure far from the baseline is confirmed by
+//!   another probe within seconds, and so is a baseline after the limit has fallen to half of
+//!   what it was (the backend may have got slower per request). A probe lasts at most
+//!   [`PROBE_MAX`] and never waits for traffic (Envoy's gradient filter pins its limit to the
+//!   minimum until a fixed number of samples arrive, and stalls when they do not); critical
+//!   keeps the whole limit meanwhile. Since the baseline is only ever measured without a queue,
+//!   a sustained overload cannot raise it, and the limit cannot creep up (the drift of
+//!   Netflix's Gradient2, whose baseline is a long average of the loaded latency).
 
 use std::time::Duration;
 
@@ -28,19 +32,20 @@ use crate::rng::Rng;
 use crate::time::Instant;
 
 /// Grow while the median is within this ratio of the no-load latency.
-const GROW_BELOW: f64 = 1.1;
-/// Cut when the median is beyond this ratio. The band between is wide enough that a probe's
-/// error (a median of 64) does not read as a queue.
-const SHRINK_ABOVE: f64 = 1.35;
+const GROW_BELOW: f64 = 1.05;
+/// Cut when the median is beyond this ratio. Narrow enough to keep the in-flight count near a
+/// backend's knee; wide enough, with cohorts of 64 or more and a baseline that is the median of
+/// three probes, that noise does not read as a queue (the simulator chose these).
+const SHRINK_ABOVE: f64 = 1.2;
 /// Where a cut aims.
-const TARGET: f64 = 1.2;
+const TARGET: f64 = 1.1;
 /// The growth per window of a used limit with no queue at all; less as the queue nears
 /// [`GROW_BELOW`]. Fast, since a cut to `TARGET / r` undoes an overshoot in one window.
 const GROWTH: f64 = 0.25;
 /// Failures and timeouts beyond this share of a window's ends cut the limit.
 const BAD_RATIO: f64 = 0.02;
-/// A window's cohort, at least; and half the limit.
-const MIN_SAMPLES: u32 = 32;
+/// A window's cohort, at least; and the limit.
+const MIN_SAMPLES: u32 = 64;
 /// A window closes after this long (or ten no-load latencies if longer), whoever is missing.
 const MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Latencies kept per window (a uniform sample of them beyond this).
@@ -63,7 +68,7 @@ pub(super) struct Adaptive {
     limit: f64,
     /// Microseconds; `None` until the first window closes. The median of `probes`.
     no_load: Option<f64>,
-    /// The last [`PROBES_KEPT`] measures, oldest first: one probe's error (a median of 64 has
+    /// The last [`PROBES_KEPT`] measures, oldest first: one probe's error (a median of 8 to 64 has
     /// one of several percent) moves the baseline only if the next agrees.
     probes: Vec<f64>,
     /// The sequence number of the next admission.
@@ -312,7 +317,7 @@ impl Adaptive {
     }
 
     fn restart(&mut self, now: Instant) {
-        let size = MIN_SAMPLES.max((self.limit / 2.0) as u32);
+        let size = MIN_SAMPLES.max(self.limit as u32);
         self.window = Window {
             start: now,
             cohort: Cohort::new(self.next_seq, size),

@@ -7,24 +7,25 @@
 //! only its own requests against its ceiling: it borrows the slots lower classes hold, which
 //! are not refilled until the count is under their ceilings again (so the in-flight count
 //! exceeds the limit only by lower-class requests already admitted, while they drain). A
-//! critical request is refused only when critical requests alone fill the limit. When critical or standard is refused for room, batch is
-//! *held down* (refused whatever the count) for [`HOLD`]; when critical is, standard's ceiling
-//! also drops by another reserve for [`HOLD`]. A priority inversion, as this module defines and
-//! its tests check it, is the admission of a batch request less than [`HOLD`] after a request
-//! of a higher class was refused for room: the hold-down makes it impossible. (While the
-//! adaptive limit re-measures the no-load latency, standard and batch see half the limit, and
-//! their refusals then hold nothing down: they are the probe's, not demand's.) Standard is
-//! squeezed rather than held: holding it after each rare critical refusal would leave the
-//! backend idle whenever critical demand is below capacity. A critical tenant refused for
-//! being above its fair share counts as a refusal for room here; a standard one does not.
+//! critical request is refused only when critical requests alone fill the limit.
 //!
-//! **Fair share.** With `fair`, near a class's ceiling (within the tenth above it that the class
-//! below cannot reach), a tenant is admitted only while its in-flight count in the class is under
-//! its share of the class's in-flight count, weighted: `(in_flight(class) + 1) * w / W`, `W` the
-//! weights of the class's tenants with a request in flight. A tenant above its share is shed
-//! there, one below it is not. Tenants are tracked while they have a request in flight (an entry
-//! leaves with its last request), and at most [`MAX_TENANTS`] at once; beyond that a newcomer is
-//! admitted by its class alone.
+//! **Hold-down.** When a critical request is refused (for room, or a tenant for its share),
+//! batch is *held down* (refused whatever the count) for [`HOLD`], and standard's ceiling drops
+//! by another reserve for as long; when a standard request is refused for room, batch is held
+//! down too. Standard is squeezed rather than held: holding it after each rare critical refusal
+//! would leave the backend idle whenever critical demand is below capacity. While the adaptive
+//! limit re-measures the no-load latency, standard and batch see half the limit and their
+//! refusals then hold nothing down: they are the probe's, not demand's. A priority inversion,
+//! as this module defines and its tests check it, is a batch admission less than [`HOLD`]
+//! after a critical refusal: the hold-down makes it impossible.
+//!
+//! **Fair share.** With `fair`, near a class's ceiling (within a reserve of it, critical
+//! counting its own requests), a tenant is admitted only while its in-flight count in the class
+//! is under its share of the class's in-flight count, weighted: `(in_flight(class) + 1) * w /
+//! W`, `W` the weights of the class's tenants with a request in flight. A tenant above its share
+//! is shed there, one below it is not. Tenants are tracked while they have a request in flight
+//! (an entry leaves with its last request), and at most [`MAX_TENANTS`] at once; beyond that a
+//! newcomer is admitted by its class alone.
 //!
 //! The core has no clock and no I/O: the driver gives the instant of every call, and reports
 //! each admitted request's end exactly once ([`Capacity::finish`]).

@@ -1,24 +1,29 @@
 //! The adaptive in-flight limit: learned from the latency and outcome of the requests it
 //! admitted, in rounds ("windows") of fresh samples.
 //!
-//! - A window is a cohort: the next `max(16, limit / 4)` requests admitted after the limit last
+//! - A window is a cohort: the next `max(64, limit)` requests admitted after the limit last
 //!   changed, and it closes when all of them have ended. So every verdict is about the current
 //!   limit, not the one before it (a cut is not cut again by the queue it is draining), and its
 //!   latencies are not only the quickest of the cohort (which closing at the first n ends would
 //!   give, and with it a limit that creeps up).
 //! - Its median latency, divided by the no-load latency, is the queueing ratio `r`. Above
 //!   [`SHRINK_ABOVE`] the limit is cut in proportion (`limit * TARGET / r`, at most by half);
-//!   below [`GROW_BELOW`] it grows by a twentieth, but only if the limit was used (a class
-//!   reached its ceiling in the window): an idle limit learns nothing about headroom.
+//!   below [`GROW_BELOW`] it grows, by up to a quarter the smaller `r` is, but only if the limit
+//!   was used (a class reached its ceiling in the window): an idle limit learns nothing about
+//!   headroom, and an unused one is not cut for a latency it did not cause.
 //! - More than [`BAD_RATIO`] of failures or timeouts cuts it by that share (at most by half).
 //! - The no-load latency is measured, never inferred from the loaded latency: every
 //!   [`PROBE_EVERY`] (jittered by half either way, so gateways do not probe together) the limit
-//!   drops to half for as long as it takes the in-flight count to fall under it and the next
-//!   [`PROBE_SAMPLES`] requests admitted to end, and their median becomes the no-load latency. A probe lasts at most [`PROBE_MAX`] and never waits for traffic (Envoy's
-//!   gradient filter pins its limit to the minimum until a fixed number of samples arrive, and
-//!   stalls when they do not). Since the baseline is only ever measured without a queue, a
-//!   sustained overload cannot raise it, and the limit cannot creep up (the drift of Netflix's
-//!   Gradient2, whose baseline is a long average of the loaded latency).
+//!   standard and batch see drops to half until the in-flight count is under it and the next
+//!   8 to [`PROBE_SAMPLES`] requests admitted have ended; their median is a measure, and the
+//!   baseline is the median of the last three. A measure far from the baseline is confirmed by
+//!   another probe within seconds, and so is a baseline after the limit has fallen to half of
+//!   what it was (the backend may have got slower per request). A probe lasts at most
+//!   [`PROBE_MAX`] and never waits for traffic (Envoy's gradient filter pins its limit to the
+//!   minimum until a fixed number of samples arrive, and stalls when they do not); critical
+//!   keeps the whole limit meanwhile. Since the baseline is only ever measured without a queue,
+//!   a sustained overload cannot raise it, and the limit cannot creep up (the drift of
+//!   Netflix's Gradient2, whose baseline is a long average of the loaded latency).
 
 use std::time::Duration;
 
@@ -27,24 +32,28 @@ use crate::rng::Rng;
 use crate::time::Instant;
 
 /// Grow while the median is within this ratio of the no-load latency.
-const GROW_BELOW: f64 = 1.1;
-/// Cut when the median is beyond this ratio.
-const SHRINK_ABOVE: f64 = 1.25;
+const GROW_BELOW: f64 = 1.05;
+/// Cut when the median is beyond this ratio. Narrow enough to keep the in-flight count near a
+/// backend's knee; wide enough, with cohorts of 64 or more and a baseline that is the median of
+/// three probes, that noise does not read as a queue (the simulator chose these).
+const SHRINK_ABOVE: f64 = 1.2;
 /// Where a cut aims.
 const TARGET: f64 = 1.1;
-/// The growth per window of a used limit with headroom.
-const GROWTH: f64 = 0.05;
+/// The growth per window of a used limit with no queue at all; less as the queue nears
+/// [`GROW_BELOW`]. Fast, since a cut to `TARGET / r` undoes an overshoot in one window.
+const GROWTH: f64 = 0.25;
 /// Failures and timeouts beyond this share of a window's ends cut the limit.
 const BAD_RATIO: f64 = 0.02;
-/// A window's cohort, at least; and a quarter of the limit.
-const MIN_SAMPLES: u32 = 16;
+/// A window's cohort, at least; and the limit.
+const MIN_SAMPLES: u32 = 64;
 /// A window closes after this long (or ten no-load latencies if longer), whoever is missing.
 const MAX_WINDOW: Duration = Duration::from_secs(1);
 /// Latencies kept per window (a uniform sample of them beyond this).
 const KEPT: usize = 64;
-const PROBE_EVERY: Duration = Duration::from_secs(20);
-const PROBE_SAMPLES: u32 = 16;
+const PROBE_EVERY: Duration = Duration::from_secs(30);
+const PROBE_SAMPLES: u32 = 64;
 const PROBE_MAX: Duration = Duration::from_secs(1);
+const PROBES_KEPT: usize = 3;
 /// A probe needs this many samples to replace the no-load latency.
 const PROBE_MIN_SAMPLES: usize = 3;
 /// After a cut to under half the limit the last probe saw, the baseline may be stale (the
@@ -57,8 +66,11 @@ pub(super) struct Adaptive {
     min: f64,
     max: f64,
     limit: f64,
-    /// Microseconds; `None` until the first window closes.
+    /// Microseconds; `None` until the first window closes. The median of `probes`.
     no_load: Option<f64>,
+    /// The last [`PROBES_KEPT`] measures, oldest first: one probe's error (a median of 8 to 64 has
+    /// one of several percent) moves the baseline only if the next agrees.
+    probes: Vec<f64>,
     /// The sequence number of the next admission.
     next_seq: u64,
     window: Window,
@@ -138,6 +150,13 @@ impl Cohort {
     fn complete(&self) -> bool {
         self.ended >= self.size
     }
+
+    /// Whether every member admitted so far has ended: only then is the median not merely
+    /// that of the quickest.
+    fn whole(&self, next_seq: u64) -> bool {
+        let admitted = next_seq.wrapping_sub(self.first).min(u64::from(self.size));
+        u64::from(self.ended) >= admitted
+    }
 }
 
 fn median(values: &mut [u64]) -> Option<f64> {
@@ -169,6 +188,7 @@ impl Adaptive {
             max,
             limit,
             no_load: None,
+            probes: Vec::with_capacity(PROBES_KEPT),
             next_seq: 0,
             window: Window {
                 start: now,
@@ -185,14 +205,24 @@ impl Adaptive {
         }
     }
 
-    /// The limit admissions see: halved during a probe.
+    /// The limit.
     pub(super) fn limit(&self) -> u32 {
-        let l = match self.probe {
-            Probe::Idle => self.limit,
-            _ => (self.limit * 0.5).max(self.min),
-        };
         // In range by construction (min..=max of u32 values); `as` saturates regardless.
-        l.round() as u32
+        self.limit.round() as u32
+    }
+
+    /// Whether standard and batch see a halved limit: a refusal then is the probe's.
+    pub(super) fn probing(&self) -> bool {
+        !matches!(self.probe, Probe::Idle)
+    }
+
+    /// The limit standard and batch see: halved during a probe. Critical keeps the whole
+    /// limit: a probe never refuses it, and it is too small a share to hide the queue.
+    pub(super) fn probe_limit(&self) -> u32 {
+        match self.probe {
+            Probe::Idle => self.limit(),
+            _ => (self.limit * 0.5).max(self.min).round() as u32,
+        }
     }
 
     pub(super) fn no_load(&self) -> Option<Duration> {
@@ -231,10 +261,15 @@ impl Adaptive {
                 let since = *since;
                 if now.duration_since(since) >= PROBE_MAX {
                     self.end_probe(now, rng);
-                } else if in_flight <= self.limit() {
+                } else if in_flight <= self.probe_limit() {
                     self.probe = Probe::Measuring {
                         since,
-                        cohort: Cohort::new(self.next_seq, PROBE_SAMPLES),
+                        // Two rounds of the halved limit at most: a probe at a small limit
+                        // must end within PROBE_MAX too, or it would never measure.
+                        cohort: Cohort::new(
+                            self.next_seq,
+                            self.probe_limit().saturating_mul(2).clamp(8, PROBE_SAMPLES),
+                        ),
                     };
                 }
             }
@@ -247,21 +282,42 @@ impl Adaptive {
     }
 
     fn end_probe(&mut self, now: Instant, rng: &Rng) {
+        let mut disagrees = false;
         if let Probe::Measuring { cohort, .. } = &mut self.probe {
-            if cohort.kept.len() >= PROBE_MIN_SAMPLES {
-                self.no_load = median(&mut cohort.kept);
+            if cohort.kept.len() >= PROBE_MIN_SAMPLES && cohort.whole(self.next_seq) {
+                if let Some(m) = median(&mut cohort.kept) {
+                    self.measured(m);
+                    // A measure far from the baseline kept is confirmed (or not) soon, not in
+                    // half a minute: the backend may have changed.
+                    disagrees = self.no_load.is_some_and(|b| (m - b).abs() > 0.25 * b);
+                }
             }
         }
         self.probe = Probe::Idle;
         self.last_probe = now;
         self.limit_at_probe = self.limit;
-        self.next_probe = now + jittered(PROBE_EVERY, rng);
+        let every = if disagrees {
+            EARLY_PROBE_AFTER
+        } else {
+            PROBE_EVERY
+        };
+        self.next_probe = now + jittered(every, rng);
         self.restart(now);
     }
 
     /// A new window, its cohort the next admissions.
+    fn measured(&mut self, us: f64) {
+        if self.probes.len() >= PROBES_KEPT {
+            self.probes.remove(0);
+        }
+        self.probes.push(us);
+        let mut sorted = self.probes.clone();
+        sorted.sort_by(f64::total_cmp);
+        self.no_load = sorted.get(sorted.len() / 2).copied();
+    }
+
     fn restart(&mut self, now: Instant) {
-        let size = MIN_SAMPLES.max((self.limit / 4.0) as u32);
+        let size = MIN_SAMPLES.max(self.limit as u32);
         self.window = Window {
             start: now,
             cohort: Cohort::new(self.next_seq, size),
@@ -310,7 +366,11 @@ impl Adaptive {
 
     fn close(&mut self, now: Instant) {
         let bad_ratio = f64::from(self.window.bad) / f64::from(self.window.ends.max(1));
-        let med = median(&mut self.window.cohort.kept);
+        let med = if self.window.cohort.whole(self.next_seq) {
+            median(&mut self.window.cohort.kept)
+        } else {
+            None
+        };
         let saturated = self.window.saturated;
         let mut cut = false;
         if bad_ratio > BAD_RATIO {
@@ -318,7 +378,7 @@ impl Adaptive {
             cut = true;
         } else if let Some(med) = med {
             match self.no_load {
-                None => self.no_load = Some(med),
+                None => self.measured(med),
                 Some(base) if base > 0.0 => {
                     let r = med / base;
                     // An unused limit is not what made the latency: it is not cut for it.
@@ -326,10 +386,11 @@ impl Adaptive {
                         self.limit *= (TARGET / r).max(0.5);
                         cut = true;
                     } else if r < GROW_BELOW && saturated {
-                        self.limit += (self.limit * GROWTH).max(1.0);
+                        let headroom = ((GROW_BELOW - r) / (GROW_BELOW - 1.0)).min(1.0);
+                        self.limit += (self.limit * GROWTH * headroom).max(1.0);
                     }
                 }
-                Some(_) => self.no_load = Some(med),
+                Some(_) => self.measured(med),
             }
         }
         self.limit = self.limit.clamp(self.min, self.max);

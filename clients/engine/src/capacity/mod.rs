@@ -1,22 +1,31 @@
-//! Capacity protection (`../shared/CLIENTS.md` section 14 of the contract): an in-flight limit
+//! Capacity protection (section 14 of the clients contract, CLIENTS.md): an in-flight limit
 //! per named capacity, fixed or learned ([`adaptive`]), shared by every request of a process,
 //! with classes that are shed in order and tenants that are shed by their share.
 //!
 //! **Classes.** Each class has a ceiling on the in-flight count: `critical` the whole limit,
-//! `standard` a tenth less, `batch` two tenths less (at least one slot each). So a critical
-//! request is refused only when the in-flight count is at the limit, which no standard or batch
-//! admission can bring about alone; and when a class is shed, every class below it is *held
-//! down* (shed whatever the count) for [`HOLD`]. A priority inversion, as this module defines
-//! and its tests check it, is the admission of a lower-class request less than [`HOLD`] after a
-//! higher-class one was shed: the hold-down makes it impossible.
+//! `standard` a tenth less, `batch` two tenths less (at least one slot each). Critical counts
+//! only its own requests against its ceiling: it borrows the slots lower classes hold, which
+//! are not refilled until the count is under their ceilings again (so the in-flight count
+//! exceeds the limit only by lower-class requests already admitted, while they drain). A
+//! critical request is refused only when critical requests alone fill the limit.
 //!
-//! **Fair share.** With `fair`, near a class's ceiling (within the tenth above it that the class
-//! below cannot reach), a tenant is admitted only while its in-flight count in the class is under
-//! its share of the class's in-flight count, weighted: `(in_flight(class) + 1) * w / W`, `W` the
-//! weights of the class's tenants with a request in flight. A tenant above its share is shed
-//! there, one below it is not. Tenants are tracked while they have a request in flight (an entry
-//! leaves with its last request), and at most [`MAX_TENANTS`] at once; beyond that a newcomer is
-//! admitted by its class alone.
+//! **Hold-down.** When a critical request is refused (for room, or a tenant for its share),
+//! batch is *held down* (refused whatever the count) for [`HOLD`], and standard's ceiling drops
+//! by another reserve for as long; when a standard request is refused for room, batch is held
+//! down too. Standard is squeezed rather than held: holding it after each rare critical refusal
+//! would leave the backend idle whenever critical demand is below capacity. While the adaptive
+//! limit re-measures the no-load latency, standard and batch see half the limit and their
+//! refusals then hold nothing down: they are the probe's, not demand's. A priority inversion,
+//! as this module defines and its tests check it, is a batch admission less than [`HOLD`]
+//! after a critical refusal: the hold-down makes it impossible.
+//!
+//! **Fair share.** With `fair`, near a class's ceiling (within a reserve of it, critical
+//! counting its own requests), a tenant is admitted only while its in-flight count in the class
+//! is under its share of the class's in-flight count, weighted: `(in_flight(class) + 1) * w /
+//! W`, `W` the weights of the class's tenants with a request in flight. A tenant above its share
+//! is shed there, one below it is not. Tenants are tracked while they have a request in flight
+//! (an entry leaves with its last request), and at most [`MAX_TENANTS`] at once; beyond that a
+//! newcomer is admitted by its class alone.
 //!
 //! The core has no clock and no I/O: the driver gives the instant of every call, and reports
 //! each admitted request's end exactly once ([`Capacity::finish`]).
@@ -109,7 +118,8 @@ pub enum LimitSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapacitySpec {
     pub limit: LimitSpec,
-    /// Not used yet: the core never waits, `admit` answers at once (as with `0ms`).
+    /// How long a request may wait for a slot: the engine asks again with
+    /// [`Capacity::try_admit`] until then (the core itself never waits).
     pub max_wait: Duration,
     pub fair: bool,
 }
@@ -173,7 +183,8 @@ pub enum End {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapacityStats {
-    /// The limit admissions see now (halved while the no-load latency is re-measured).
+    /// The limit (critical's ceiling; standard's and batch's are under it, and halved while
+    /// the no-load latency is re-measured).
     pub limit: u32,
     pub in_flight: u32,
     pub in_flight_by_priority: PerClass<u32>,
@@ -200,8 +211,10 @@ struct State {
     tenants: HashMap<(u64, usize), TenantEntry, RandomState>,
     /// Sum of the weights of the tracked tenants, per class.
     weights: PerClass<u64>,
-    /// Each class is shed until then (a class above it was shed).
-    held_until: PerClass<Instant>,
+    /// Batch is refused until then: a class above it was refused for room.
+    batch_held_until: Instant,
+    /// Standard's ceiling is a reserve lower until then: critical was refused for room.
+    squeezed_until: Instant,
     shed: PerClass<u64>,
     admitted: PerClass<u64>,
     rate: DrainRate,
@@ -241,7 +254,8 @@ impl Capacity {
                 by_class: PerClass::default(),
                 tenants: HashMap::with_hasher(RandomState::default()),
                 weights: PerClass::default(),
-                held_until: PerClass::default(),
+                batch_held_until: Instant::default(),
+                squeezed_until: Instant::default(),
                 shed: PerClass::default(),
                 admitted: PerClass::default(),
                 rate: DrainRate {
@@ -262,9 +276,9 @@ impl Capacity {
         self.decide(priority, tenant, now, true)
     }
 
-    /// [`Capacity::admit`] for a request that may wait for a slot and will ask again: a
-    /// refusal is not counted as a shed, though it holds the classes below down all the same
-    /// (a waiting request is one they must not pass).
+    /// [`Capacity::admit`] for a request that may wait for a slot and will ask again
+    /// (`queue.max_wait`): a refusal is not counted as a shed, though it holds the classes
+    /// below down as any refusal for room does (a request waiting is one they must not pass).
     pub fn try_admit(&self, priority: Priority, tenant: Option<Tenant>, now: Instant) -> Admission {
         self.decide(priority, tenant, now, false)
     }
@@ -281,21 +295,45 @@ impl Capacity {
         if let Limit::Adaptive(a) = &mut st.limit {
             a.tick(now, in_flight, &self.rng);
         }
-        let limit = st.limit();
-        let ceiling = ceiling(limit, priority);
-        if now < *st.held_until.get(priority) {
-            return self.shed(&mut st, priority, ceiling, now, last);
-        }
-        if st.in_flight >= ceiling {
-            st.mark_saturated();
+        let limit = match (&st.limit, priority) {
+            (Limit::Adaptive(a), Priority::Standard | Priority::Batch) => a.probe_limit(),
+            _ => st.limit(),
+        };
+        let ceiling = ceiling(limit, priority, now < st.squeezed_until);
+        let held = priority == Priority::Batch && now < st.batch_held_until;
+        // Critical counts only itself against the limit: it takes the slots that standard and
+        // batch requests in flight will free, and they are refused until the count is back
+        // under their ceilings. So it is refused only when critical alone fills the limit,
+        // not because a cut of the limit found lower classes in flight.
+        let counted = match priority {
+            Priority::Critical => *st.by_class.get(Priority::Critical),
+            _ => st.in_flight,
+        };
+        if held || counted >= ceiling {
+            if !held {
+                st.mark_saturated();
+            }
+            // Critical is never refused by a probe; the others' refusals during one are the
+            // probe's, not demand's, and hold nothing down.
+            let probing = matches!(&st.limit, Limit::Adaptive(a) if a.probing());
+            if !probing || priority == Priority::Critical {
+                st.refused_for_room(priority, now);
+            }
             return self.shed(&mut st, priority, ceiling, now, last);
         }
         let tenant = tenant.map(|t| (t.id, t.weight.max(1)));
         let key = tenant.map(|(id, _)| (id, priority.index()));
         if let (true, Some((id, weight))) = (self.fair, tenant) {
-            let pressed = st.in_flight.saturating_add(reserve(limit)) >= ceiling;
+            let pressed = counted.saturating_add(reserve(limit)) >= ceiling;
+            // A critical tenant refused while a batch request could be admitted would be an
+            // inversion too: it holds batch down (and squeezes standard) like a refusal for
+            // room. Standard's fair-share refusals hold nothing: its tenants are not short of
+            // room, this one has its share.
             if pressed && st.above_share(id, weight, priority) {
                 st.mark_saturated();
+                if priority == Priority::Critical {
+                    st.refused_for_room(priority, now);
+                }
                 return self.shed(&mut st, priority, ceiling, now, last);
             }
         }
@@ -327,6 +365,7 @@ impl Capacity {
         })
     }
 
+    /// A refusal: counted as a shed when it is the request's `last` answer.
     fn shed(
         &self,
         st: &mut State,
@@ -339,15 +378,10 @@ impl Capacity {
             let s = st.shed.get_mut(priority);
             *s = s.saturating_add(1);
         }
-        let hold = now + HOLD;
-        for lower in Priority::ALL
-            .iter()
-            .filter(|p| p.index() > priority.index())
-        {
-            let h = st.held_until.get_mut(*lower);
-            *h = (*h).max(hold);
-        }
-        let held = st.held_until.get(priority).duration_since(now);
+        let held = match priority {
+            Priority::Batch => st.batch_held_until.duration_since(now),
+            _ => Duration::ZERO,
+        };
         let excess = st
             .in_flight
             .saturating_add(1)
@@ -398,10 +432,17 @@ fn reserve(limit: u32) -> u32 {
     ((f64::from(limit) * RESERVE).round() as u32).max(1)
 }
 
-/// The in-flight count at which a class is refused: `limit` less a reserve per class above it,
-/// and at least one, so no class is refused by an idle gateway.
-fn ceiling(limit: u32, p: Priority) -> u32 {
-    let below = reserve(limit).saturating_mul(p.index() as u32);
+/// The in-flight count at which a class is refused: `limit` less a reserve per class above it
+/// (one more for standard while `squeezed`), and at least one, so no class is refused by an
+/// idle gateway.
+fn ceiling(limit: u32, p: Priority, squeezed: bool) -> u32 {
+    let reserves = match p {
+        Priority::Critical => 0,
+        Priority::Standard if squeezed => 2,
+        Priority::Standard => 1,
+        Priority::Batch => 2,
+    };
+    let below = reserve(limit).saturating_mul(reserves);
     limit.saturating_sub(below).max(1)
 }
 
@@ -417,6 +458,20 @@ impl State {
         match &self.limit {
             Limit::Fixed(_) => None,
             Limit::Adaptive(a) => a.no_load(),
+        }
+    }
+
+    /// A class was refused for room. Below critical, batch is refused for [`HOLD`] and
+    /// standard's ceiling drops by another reserve (critical's room doubles): so critical is not
+    /// refused again while the classes below could be, yet standard, whose demand is not
+    /// deferrable like batch's, keeps most of its room.
+    fn refused_for_room(&mut self, p: Priority, now: Instant) {
+        let until = now + HOLD;
+        if p == Priority::Critical {
+            self.squeezed_until = self.squeezed_until.max(until);
+        }
+        if p != Priority::Batch {
+            self.batch_held_until = self.batch_held_until.max(until);
         }
     }
 

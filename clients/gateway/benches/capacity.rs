@@ -6,7 +6,7 @@
 //! serve), each class's served share, critical p50 and p99, and the limit the gateway learned.
 //! It reports; it asserts nothing.
 //!
-//! Knobs: SLOTS=8 SERVICE_MS=25 LOAD=2.0 SECONDS=10.
+//! Knobs: SLOTS=8 SERVICE_MS=25 LOAD=2.0 RUN_SECONDS=10.
 
 // A benchmark stops at its first surprise.
 #![allow(
@@ -206,7 +206,7 @@ async fn main() {
     let slots: usize = knob("SLOTS", 8);
     let service = Duration::from_millis(knob("SERVICE_MS", 25));
     let factor: f64 = knob("LOAD", 2.0);
-    let seconds: u64 = knob("SECONDS", 10);
+    let seconds: u64 = knob("RUN_SECONDS", 10);
     let capacity = slots as f64 / service.as_secs_f64();
     let rate = capacity * factor;
     println!(

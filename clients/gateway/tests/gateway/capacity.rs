@@ -1,13 +1,18 @@
-//! Capacity through the proxy face (section 14 of the contract): a flood of batch work at twice
-//! what the capacity admits leaves critical traffic served, and the batch requests shed get
-//! the capacity's own 503.
+//! Capacity in rl-gateway (section 14 of the contract): `policy check` shows each capacity; and
+//! through the proxy face a flood of batch work at twice what the capacity admits leaves
+//! critical traffic served, while the batch requests shed get the capacity's own 503.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{policy_file, upstream, Gateway};
+use rl_engine::Instant;
+use rl_gateway::policy_cmd;
 use serde_json::json;
+
+/// 2026-01-01T00:00:00Z, the instant every policy vector is loaded at.
+const NOW: Instant = Instant::from_micros(1_767_225_600_000_000);
 
 const CAPACITY_TYPE: &str = "urn:redis-rl:problem:capacity-exceeded";
 
@@ -112,5 +117,54 @@ async fn a_batch_flood_at_twice_the_capacity_leaves_critical_requests_served() {
     assert!(
         metrics.contains("rl_gateway_capacity_limit{capacity=\"orders\"} 8"),
         "{metrics}"
+    );
+}
+
+/// A policy's capacities under the rules' table: each one's limit, wait and sharing, the
+/// routes drawing on it with their class, and a warning for one no route draws on. A rule
+/// charged by status says so in its notes.
+#[test]
+fn check_shows_each_capacity_and_who_draws_on_it() {
+    let text = json!({
+      "version": 1,
+      "identity": {"tenant": "x-tenant", "user": "x-user"},
+      "rules": {
+        "tenant": {"key": "{t:${tenant}}:all", "limit": 100, "period": "1s"},
+        "login": {"key": "{l:${user}}:fails", "limit": 5, "period": "15m",
+                  "charge": {"on_status": [401, 403]}}
+      },
+      "capacity": {
+        "orders": {"limit": {"adaptive": {"min": 4, "max": 1000, "initial": 16}},
+                   "queue": {"max_wait": "20ms"}, "fair": "tenant"},
+        "search": {"limit": {"fixed": 64}}
+      },
+      "routes": [
+        {"method": "POST", "path": "/checkout", "rules": ["tenant"], "capacity": "orders", "priority": "critical"},
+        {"method": "POST", "path": "/reports/export", "rules": ["tenant"], "capacity": "orders", "priority": "batch"},
+        {"method": "GET", "path": "/orders/{id}", "rules": ["tenant"], "capacity": "orders"},
+        {"method": "POST", "path": "/login", "rules": ["login"]}
+      ],
+      "default": {"rules": []}
+    })
+    .to_string();
+    let text = policy_cmd::check(&text, NOW).unwrap().render();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("capacity"))
+        .unwrap();
+    assert_eq!(
+        &lines[at..at + 4],
+        [
+            "capacity  limit                     wait  fair    drawn on by",
+            "--------  ------------------------  ----  ------  ------------------------------------------------------------------------------------",
+            "orders    adaptive 4..1000 from 16  20ms  tenant  POST /checkout (critical), POST /reports/export (batch), GET /orders/{id} (standard)",
+            "search    fixed 64                  -     -       (no route)",
+        ]
+    );
+    assert!(text.contains("charged on 401/403"), "{text}");
+    assert!(
+        text.contains("warning: capacity.search: no route draws on it: it protects nothing"),
+        "{text}"
     );
 }

@@ -188,9 +188,9 @@ export class PublishedPolicy {
 }
 export interface GatewayEvent {
   type: 'decision' | 'store_call' | 'grant_refill' | 'breaker_state' | 'policy_version' | 'route_mode' | 'store_mode'
-    | 'unknown_plan' | 'unmatched' | 'decision_records_dropped' | 'policy_rejected';
+    | 'unknown_plan' | 'unmatched' | 'decision_records_dropped' | 'policy_rejected' | 'capacity_shed';
   route?: string; rule?: string; outcome?: string; result?: string; seconds?: number; state?: string; version?: number;
-  mode?: string; count?: number;
+  mode?: string; count?: number; capacity?: string; class?: string;
 }
 export interface GatewayOptions {
   store: Store | RL;

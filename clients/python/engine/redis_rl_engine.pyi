@@ -155,7 +155,8 @@ class Engine:
                  table_bytes: Optional[int] = None, now: Optional[int] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
         `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`,
-        `unknown_plan`, `unmatched`, `decision_records_dropped`, `policy_rejected`). `log_sample`: the share of
+        `unknown_plan`, `unmatched`, `decision_records_dropped`, `policy_rejected`,
+        `capacity_shed` with `route`, `capacity` and `class`). `log_sample`: the share of
         admissions recorded (every other decision is); `log_per_second`: the most decision
         records a second, the rest counted. `table_bytes` bounds each local table in bytes (32 MiB by default).
         `now` (Unix microseconds) is when the policy is loaded, by default the system clock's:

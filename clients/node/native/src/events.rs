@@ -10,7 +10,8 @@ use rl_engine::metrics::{Event, MetricsHook};
 pub struct EventOut {
     /// `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
     /// `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan), `unmatched` (a
-    /// request no route matched) or `decision_records_dropped` (`count` records past the bound).
+    /// request no route matched), `decision_records_dropped` (`count` records past the bound),
+    /// `policy_rejected` or `capacity_shed` (a `route`'s request shed by `capacity`, of `class`).
     pub r#type: String,
     pub route: Option<String>,
     pub rule: Option<String>,
@@ -21,6 +22,8 @@ pub struct EventOut {
     pub version: Option<f64>,
     pub mode: Option<String>,
     pub count: Option<f64>,
+    pub capacity: Option<String>,
+    pub class: Option<String>,
 }
 
 /// Events kept until the driver hands them to the hook: the engine records them inside
@@ -41,6 +44,8 @@ impl MetricsHook for Queue {
             version: None,
             mode: None,
             count: None,
+            capacity: None,
+            class: None,
         };
         let kind = match *event {
             Event::Decision {
@@ -86,6 +91,16 @@ impl MetricsHook for Queue {
                 "decision_records_dropped"
             }
             Event::PolicyRejected => "policy_rejected",
+            Event::CapacityShed {
+                route,
+                capacity,
+                class,
+            } => {
+                e.route = Some(route.to_string());
+                e.capacity = Some(capacity.to_string());
+                e.class = Some(class.to_string());
+                "capacity_shed"
+            }
         };
         e.r#type = kind.to_string();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);

@@ -385,6 +385,15 @@ impl MetricsHook for PyHook {
             Event::Unmatched => ("unmatched", Vec::new(), 1.0),
             Event::RecordsDropped(n) => ("decision_records_dropped", Vec::new(), n as f64),
             Event::PolicyRejected => ("policy_rejected", Vec::new(), 1.0),
+            Event::CapacityShed {
+                route,
+                capacity,
+                class,
+            } => (
+                "capacity_shed",
+                vec![("route", route), ("capacity", capacity), ("class", class)],
+                1.0,
+            ),
         };
         // Events come from calls made by Python (begin, resume, store_mode), so the
         // interpreter is attached already; a hook that raises is reported, never propagated

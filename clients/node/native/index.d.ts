@@ -83,12 +83,17 @@ export declare class Holdings {
    * The settlements, with the backend's `X-Actual-Cost` (absent or invalid: the estimate)
    * and the response's status (absent: unknown). After a 2xx each reservation is settled
    * and forgotten, so its Idempotency-Key is charged anew; otherwise only reported units.
+   * The request's capacity slot, if it holds one, is given back as answered at `nowUs`
+   * (Unix microseconds; by default the system clock's), teaching an adaptive limit.
    */
-  settle(actualCost?: string | undefined | null, status?: number | undefined | null): Array<CallOut>
+  settle(actualCost?: string | undefined | null, status?: number | undefined | null, nowUs?: number | undefined | null): Array<CallOut>
   /** The releases of every slot. */
   release(): Array<CallOut>
-  /** Settlements then releases: the response ended. */
-  finish(actualCost?: string | undefined | null, status?: number | undefined | null): Array<CallOut>
+  /**
+   * Settlements then releases: the response ended (the capacity slot given back as by
+   * `settle`).
+   */
+  finish(actualCost?: string | undefined | null, status?: number | undefined | null, nowUs?: number | undefined | null): Array<CallOut>
 }
 
 /** The engine's in-memory store: the module's arithmetic without a server (tests, replay). */
@@ -181,7 +186,8 @@ export interface EventOut {
   /**
    * `decision`, `store_call`, `grant_refill`, `breaker_state`, `policy_version`,
    * `route_mode`, `store_mode`, `unknown_plan` (a plan header naming no plan), `unmatched` (a
-   * request no route matched) or `decision_records_dropped` (`count` records past the bound).
+   * request no route matched), `decision_records_dropped` (`count` records past the bound),
+   * `policy_rejected` or `capacity_shed` (a `route`'s request shed by `capacity`, of `class`).
    */
   type: string
   route?: string
@@ -193,6 +199,8 @@ export interface EventOut {
   version?: number
   mode?: string
   count?: number
+  capacity?: string
+  class?: string
 }
 
 /** The policy document's version, or its refusal with the exact message of the contract. */

@@ -135,7 +135,9 @@ async fn faces<C: RlConnection + 'static>(
         None => None,
     };
     let reload = reloader(
-        gateway.as_ref().map(|(_, reload)| Arc::clone(reload)),
+        gateway
+            .as_ref()
+            .map(|(gateway, reload)| (Arc::clone(reload), Arc::clone(gateway))),
         rls.clone(),
     );
     let limits = Limits {
@@ -233,22 +235,36 @@ async fn http_gateway<C: RlConnection + 'static>(
 }
 
 /// `SIGHUP` and `POST /-/reload`: the policy's next snapshot (its version, 0 without HTTP
-/// faces), and the rate limit service's configuration re-read; either refusal is the answer.
+/// faces), and the rate limit service's configuration re-read. The configuration is read
+/// first and put in force only once the policy's part succeeded, so a refusal of either file
+/// changes nothing. A policy not newer than the one in force is no refusal when there is a
+/// configuration: it stays in force, and the reload was for the configuration (the answer is
+/// the version in force).
 fn reloader<C: RlConnection + 'static>(
-    policy: Option<Reload>,
+    policy: Option<(Reload, Arc<Gateway<C>>)>,
     rls: Option<(Arc<Rls<C>>, PathBuf)>,
 ) -> Reload {
     Arc::new(move || {
         let (policy, rls) = (policy.clone(), rls.clone());
         Box::pin(async move {
-            if let Some((rls, file)) = &rls {
-                let config = rls::Config::load(file).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+            let config = match &rls {
+                Some((_, file)) => {
+                    Some(rls::Config::load(file).map_err(|e| (StatusCode::BAD_REQUEST, e))?)
+                }
+                None => None,
+            };
+            let version = match &policy {
+                Some((reload, gateway)) => match reload().await {
+                    Ok(version) => version,
+                    Err((StatusCode::CONFLICT, _)) if config.is_some() => gateway.policy().version,
+                    Err(e) => return Err(e),
+                },
+                None => 0,
+            };
+            if let (Some((rls, _)), Some(config)) = (&rls, config) {
                 rls.reload(config);
             }
-            match policy {
-                Some(reload) => reload().await,
-                None => Ok(0),
-            }
+            Ok(version)
         })
     })
 }

@@ -304,6 +304,30 @@ pub(crate) fn rls_call(channel: Channel, n: usize) -> Call {
     })
 }
 
+/// `ShouldRateLimit` with the one descriptor `key=value`, the same for every request.
+pub(crate) fn rls_one(channel: Channel, key: &'static str, value: &'static str) -> Call {
+    Arc::new(move |_| {
+        let mut client = RateLimitServiceClient::new(channel.clone());
+        Box::pin(async move {
+            let request = RateLimitRequest {
+                domain: "bench".into(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: key.into(),
+                        value: value.into(),
+                    }],
+                    ..RateLimitDescriptor::default()
+                }],
+                hits_addend: 1,
+            };
+            match client.should_rate_limit(request).await {
+                Ok(r) => r.into_inner().overall_code == Code::Ok as i32,
+                Err(_) => false,
+            }
+        })
+    })
+}
+
 /// The `RL.MULTI` rl-gateway sends for `n` descriptors (the same keys, rules and options),
 /// straight to the server.
 pub(crate) fn multi_call(conn: redis::aio::MultiplexedConnection, n: usize) -> Call {

@@ -11,7 +11,11 @@
 //!   (so a stall delays the requests behind it in the figures, not in the schedule), against
 //!   the same `RL.MULTI` sent straight to the server at the same rate;
 //! - hot key: one `grant` rule (chunks of 100) through the proxy: store calls per admitted
-//!   request, from `/metrics` and from the server's `INFO commandstats`.
+//!   request, from `/metrics` and from the server's `INFO commandstats`;
+//! - RLS hot descriptor: one descriptor with `grant` (chunks of 100), open loop at `RLS_RATE`:
+//!   store calls per request;
+//! - RLS stalled: Redis stopped (SIGSTOP) under the open loop at `RLS_RATE`: the latency of
+//!   the answers once the breaker is open, apart from the first 100 ms in which it opens.
 //!
 //! The load generator is this process (hyper and tonic clients); the upstream is this binary
 //! again, in a process of its own. With `PIN=1` (the default) the load generator runs on the
@@ -20,7 +24,7 @@
 //! rl-gateway's runtime as many threads. Contenders alternate in `ROUNDS` rounds (3) so that a
 //! change of load on the machine hits them alike; each load lasts `SECONDS_PER_RUN` (3) per
 //! round. `LATENCY_REQUESTS` (9,000) sequential requests per contender, `CONNECTIONS` (32).
-//! `PARTS` (`proxy,rls,hot`) picks the parts; `RLS_TRACE=1` prints on stderr when, in each RLS
+//! `PARTS` (`proxy,rls,hot,rlshot,rlsstall`) picks the parts; `RLS_TRACE=1` prints on stderr when, in each RLS
 //! round, requests took more than 1 ms. Before the servers start, a probe on each CPU counts
 //! the machine's own stalls (wake-ups more than 1 ms late), and at the end the bench says how
 //! much CPU other processes used while it ran.
@@ -44,7 +48,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{cmd, Server};
-use parts::{hot_key, proxy, rls};
+use parts::{hot_key, proxy, rls, rls_hot, rls_stall};
 use procs::{
     clock_ticks_per_second, cpu_ticks, machine_busy_ticks, probe_main, probe_stalls, scratch,
     set_affinity, start_gateway, start_nginx, start_upstream, upstream_main, Pinning, Servers,
@@ -92,7 +96,7 @@ fn main() {
     let connections = knob("CONNECTIONS", 32) as usize;
     let latency_requests = knob("LATENCY_REQUESTS", 9000) as usize;
     let rate = knob("RLS_RATE", 5000);
-    let parts = knob_str("PARTS", "proxy,rls,hot");
+    let parts = knob_str("PARTS", "proxy,rls,hot,rlshot,rlsstall");
 
     let probe_cpus: Vec<String> = (0..cpus).map(|c| c.to_string()).collect();
     let stalls = probe_stalls(&probe_cpus);
@@ -156,6 +160,7 @@ fn main() {
         cpu_ticks(std::process::id()),
         Instant::now(),
     );
+    let part = |name: &str| parts.split(',').any(|p| p == name);
     runtime.block_on(async {
         let contenders = [
             ("upstream direct", upstream, "/x"),
@@ -164,7 +169,7 @@ fn main() {
             ("rl-gateway, `memory://`", mem.proxy, "/x"),
             ("rl-gateway, Redis", red.proxy, "/x"),
         ];
-        if parts.contains("proxy") {
+        if part("proxy") {
             proxy(
                 &contenders,
                 &servers,
@@ -175,10 +180,10 @@ fn main() {
             )
             .await;
         }
-        if parts.contains("rls") {
+        if part("rls") {
             rls(&server, &servers, (&mem, &red), rounds, run, rate).await;
         }
-        if parts.contains("hot") {
+        if part("hot") {
             hot_key(
                 &server,
                 &red,
@@ -186,6 +191,19 @@ fn main() {
                 connections,
             )
             .await;
+        }
+        if part("rlshot") {
+            rls_hot(
+                &server,
+                &red,
+                rate,
+                run * u32::try_from(rounds).unwrap_or(1),
+            )
+            .await;
+        }
+        // Last: the server resumes after it, with whatever it received meanwhile.
+        if part("rlsstall") {
+            rls_stall(&server, &red, rate, run).await;
         }
     });
     let hz = clock_ticks_per_second();

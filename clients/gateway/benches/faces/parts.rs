@@ -1,4 +1,5 @@
-//! The three parts of the bench, each printing its tables: proxy, RLS and hot key.
+//! The parts of the bench, each printing its tables: proxy, RLS, hot key, the RLS on a hot
+//! descriptor and the RLS with its store stalled.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use tonic::transport::Channel;
 use crate::common::Server;
 use crate::load::{
     closed_loop, connect, get, metric, multi_call, not_ok, open_loop, percentile, rls_call,
-    sequential, server_calls, slow_windows, Call, Load, Series,
+    rls_one, sequential, server_calls, slow_windows, Call, Load, Series, Timed,
 };
 use crate::procs::{clock_ticks_per_second, Faces, Servers};
 use crate::WANT;
@@ -292,4 +293,113 @@ pub(crate) async fn hot_key(server: &Server, red: &Faces, run: Duration, connect
         percent(at_server, load.ok + held),
         if percent(at_server, load.ok + held) <= 1.0 { "met" } else { "not met" }
     );
+}
+
+async fn grpc(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("a URI")
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .expect("a gRPC connection")
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The RLS on one hot descriptor with `grant` (`want` [`WANT`]), open loop at `rate`: store
+/// calls per request, counted by Redis and by the gateway.
+pub(crate) async fn rls_hot(server: &Server, red: &Faces, rate: u64, run: Duration) {
+    const REFILLS: &str = "rl_gateway_grant_refills_total";
+    let call = rls_one(grpc(red.grpc).await, "hot", "all");
+    open_loop(rate, Duration::from_millis(300), &call).await;
+    let (refills0, server0) = (metric(red.admin, REFILLS).await, server_calls(server));
+    let mut s = Series::default();
+    s.add(open_loop(rate, run, &call).await, run.as_secs_f64());
+    let (refills, at_server) = (
+        metric(red.admin, REFILLS).await - refills0,
+        server_calls(server) - server0,
+    );
+    s.sort();
+    let percent = 100.0 * at_server as f64 / s.sent.max(1) as f64;
+    println!(
+        "\n### RLS, hot descriptor: one descriptor every request counts on, `grant` (`want` {WANT}, `ttl` 1s), open loop at {rate} requests/s for {} s on Redis\n",
+        run.as_secs()
+    );
+    println!("| measure | value | aim |");
+    println!("|---|---:|---|");
+    println!("| requests (not `OK`) | {} ({}) | |", s.sent, s.failed);
+    println!(
+        "| p50 / p99 (µs) | {:.0} / {:.0} | |",
+        percentile(&s.latencies, 0.5),
+        percentile(&s.latencies, 0.99)
+    );
+    println!("| store calls, Redis `INFO commandstats` (`RL.*`) | {at_server} | |");
+    println!("| `{REFILLS}` (`/metrics`) | {refills} | |");
+    println!(
+        "| store calls per request | {percent:.3} % | ≤ 1 % ({}) |",
+        if percent <= 1.0 { "met" } else { "not met" }
+    );
+}
+
+/// The RLS with Redis stopped (SIGSTOP: connected, silent), open loop at `rate` for `run`,
+/// under `deny`: how long the answers take once the breaker is open. Resumed after.
+pub(crate) async fn rls_stall(server: &Server, red: &Faces, rate: u64, run: Duration) {
+    // The window in which the breaker opens: its failures' store timeouts (10 ms each, side by
+    // side), with room to spare.
+    const OPENING: Duration = Duration::from_millis(100);
+    let call = rls_one(grpc(red.grpc).await, "d1", "stalled");
+    open_loop(rate, Duration::from_millis(300), &call).await;
+    let pid = server.pid().expect("the server runs").to_string();
+    let signal = |s: &str| {
+        let _ = std::process::Command::new("kill").args([s, &pid]).status();
+    };
+    signal("-STOP");
+    let timed = open_loop(rate, run, &call).await;
+    signal("-CONT");
+    let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
+    let opening = usize::try_from(OPENING.as_nanos() / period.as_nanos().max(1)).unwrap_or(0);
+    let (first, after) = timed.split_at(opening.min(timed.len()));
+    let sorted = |t: &[Timed]| {
+        let mut l: Vec<Duration> = t.iter().map(|t| t.latency).collect();
+        l.sort();
+        l
+    };
+    let (first, after) = (sorted(first), sorted(after));
+    let waited = |l: &[Duration]| {
+        l.iter()
+            .filter(|d| **d >= Duration::from_millis(10))
+            .count()
+    };
+    println!(
+        "\n### RLS, Redis stalled (SIGSTOP), `on_store_error: deny`, `store_timeout` 10 ms: open loop at {rate} requests/s for {} s\n",
+        run.as_secs()
+    );
+    println!("| answers | requests | answered `OK` | p50 (µs) | p99 (µs) | p99.9 (µs) | max (µs) | waited ≥ 10 ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let ok = |t: &[Timed]| t.iter().filter(|t| t.ok).count();
+    let (ok_first, ok_after) = (ok(&timed[..first.len()]), ok(&timed[first.len()..]));
+    for (name, l, ok) in [
+        (
+            format!("first {} ms (the breaker opening)", OPENING.as_millis()),
+            &first,
+            ok_first,
+        ),
+        (
+            "after, breaker open (aim p99 < 1 ms)".to_string(),
+            &after,
+            ok_after,
+        ),
+    ] {
+        println!(
+            "| {name} | {} | {ok} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+            l.len(),
+            percentile(l, 0.5),
+            percentile(l, 0.99),
+            percentile(l, 0.999),
+            micros(l.last().copied().unwrap_or_default()),
+            waited(l),
+        );
+    }
 }

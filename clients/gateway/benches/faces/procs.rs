@@ -348,6 +348,12 @@ pub(crate) fn rls_config() -> String {
             "  - key: d{i}\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n"
         ));
     }
+    // The hot descriptor: one key every request counts on, spent from chunks. A fixed
+    // window's chunk lapses when its window ends, so an hour's window shows the steady state.
+    yaml.push_str(&format!(
+        "  - key: hot\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1000000000\n      grant:\n        want: {}\n        ttl: 1s\n",
+        crate::WANT
+    ));
     yaml
 }
 

@@ -1,6 +1,6 @@
 //! The configuration file: envoyproxy/ratelimit's YAML format, read with its semantics, plus
-//! this gateway's extensions (`algorithm` and `burst` in `rate_limit`; `on_store_error`,
-//! `store_timeout` and `response_headers` at the top level). Every error names the file (when
+//! this gateway's extensions (`algorithm`, `burst` and `grant` in `rate_limit`;
+//! `on_store_error`, `store_timeout` and `response_headers` at the top level). Every error names the file (when
 //! there is one), the field's path and what is wrong with it.
 
 use std::collections::HashSet;
@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use redis_rl_client::Algo;
-use rl_core::rule::Rule;
+use rl_core::parse::parse_duration;
+use rl_core::request::grant::{DEFAULT_TTL_US, MAX_TTL_US};
+use rl_core::rule::{Rule, MAX_COUNT};
+use rl_engine::policy::GrantSpec;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
@@ -137,6 +140,16 @@ struct RawRateLimit {
     replaces: Option<Vec<RawReplace>>,
     algorithm: Option<String>,
     burst: Option<u64>,
+    grant: Option<RawGrant>,
+}
+
+/// `grant: {want, ttl}`: the descriptor's limit is spent from chunks of `want` units leased
+/// from the store (`RL.GRANT`) and spent in this process for `ttl`, as a policy rule's `grant`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    want: Option<u64>,
+    ttl: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -372,6 +385,7 @@ fn limit(raw: RawRateLimit, path: &str, key_path: &str, shadow: bool) -> Result<
             ("algorithm", raw.algorithm.is_some()),
             ("burst", raw.burst.is_some()),
             ("unit_multiplier", raw.unit_multiplier.is_some()),
+            ("grant", raw.grant.is_some()),
         ]
         .iter()
         .find_map(|(f, given)| given.then_some(*f))
@@ -386,6 +400,7 @@ fn limit(raw: RawRateLimit, path: &str, key_path: &str, shadow: bool) -> Result<
             raw.unit_multiplier,
             raw.algorithm.as_deref(),
             raw.burst,
+            raw.grant.map(|g| grant(g, &at)).transpose()?,
             &at,
         )?)
     };
@@ -408,12 +423,43 @@ fn limit(raw: RawRateLimit, path: &str, key_path: &str, shadow: bool) -> Result<
     })
 }
 
+/// `want` from 1 to the module's largest count, `ttl` a duration (`500ms`, `1s`, at most
+/// `1d`, `1s` when not given), as `RL.GRANT` takes them.
+fn grant(raw: RawGrant, at: &dyn Fn(&str) -> String) -> Result<GrantSpec, String> {
+    let want = match raw.want {
+        Some(w) if (1..=MAX_COUNT).contains(&w) => w,
+        Some(_) => {
+            return Err(invalid(
+                &at("grant.want"),
+                format!("must be in the range [1, {MAX_COUNT}]"),
+            ))
+        }
+        None => return Err(invalid(&at("grant.want"), "is required")),
+    };
+    let ttl_us = match raw.ttl.as_deref() {
+        None => DEFAULT_TTL_US,
+        Some(text) => parse_duration(text.as_bytes(), "ttl", MAX_TTL_US, "1d").map_err(|e| {
+            let message = e.to_string();
+            let message = message
+                .strip_prefix("ERR ttl ")
+                .unwrap_or(&message)
+                .to_string();
+            invalid(&at("grant.ttl"), message)
+        })?,
+    };
+    Ok(GrantSpec {
+        want,
+        ttl: Duration::from_micros(ttl_us),
+    })
+}
+
 fn rate(
     unit_text: &str,
     requests_per_unit: Option<u64>,
     unit_multiplier: Option<u64>,
     algorithm: Option<&str>,
     burst: Option<u64>,
+    grant: Option<GrantSpec>,
     at: &dyn Fn(&str) -> String,
 ) -> Result<Rate, String> {
     let unit = match unit_text.to_ascii_lowercase().as_str() {
@@ -501,5 +547,6 @@ fn rate(
         algo,
         burst,
         capacity: rule.burst(),
+        grant,
     })
 }

@@ -22,6 +22,9 @@ use super::Rls;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
     Store,
+    /// A chunk leased earlier (`grant`), spent in this process: what the store holds is not
+    /// known here.
+    Chunk,
     /// The in-memory store of this process, under `on_store_error: fallback`.
     Fallback,
     /// Nobody: the store could not answer and `on_store_error: allow` let it pass.
@@ -78,7 +81,8 @@ impl Verdict {
 impl Verdict {
     fn of(outcome: &CheckOutcome) -> Verdict {
         let source = match outcome.source {
-            CheckSource::Store | CheckSource::Chunk | CheckSource::Cache => Source::Store,
+            CheckSource::Store | CheckSource::Cache => Source::Store,
+            CheckSource::Chunk => Source::Chunk,
             CheckSource::Fallback => Source::Fallback,
             CheckSource::Open => Source::Open,
         };

@@ -209,6 +209,7 @@ fn resolve(
             algo: Algo::Window,
             burst: None,
             capacity: u64::from(o.requests_per_unit),
+            grant: None,
         };
         // Named `override` in metrics and records whatever the descriptor: a caller's values
         // must not become label values.

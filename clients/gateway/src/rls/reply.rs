@@ -80,9 +80,10 @@ pub(crate) fn answer(
                 // A shadow limit over its threshold says OK, with nothing remaining.
                 let remaining = if v.over { 0 } else { v.remaining.unwrap_or(0) };
                 let over = v.over && !limit.shadow;
+                // A chunk's numbers are not the store's: no header, as for a proxy's grant rule.
                 if config.response_headers
                     && !limit.shadow
-                    && v.source != Source::Open
+                    && !matches!(v.source, Source::Open | Source::Chunk)
                     && !shown.contains(check)
                 {
                     shown.push(*check);

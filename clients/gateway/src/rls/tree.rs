@@ -11,7 +11,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use redis_rl_client::Algo;
-use rl_engine::policy::RuleSpec;
+use rl_engine::policy::{GrantSpec, RuleSpec};
 
 /// How a descriptor of the file matches a request entry with the same key.
 #[derive(Debug)]
@@ -109,6 +109,8 @@ pub(crate) struct Rate {
     pub burst: Option<u64>,
     /// The most one request may cost: `burst` for gcra and bucket, else `requests_per_unit`.
     pub capacity: u64,
+    /// `grant`: spent from chunks leased from the store, as a hot key's rule.
+    pub grant: Option<GrantSpec>,
 }
 
 impl Rate {
@@ -120,7 +122,7 @@ impl Rate {
             u64::from(self.requests_per_unit),
             self.period,
             self.burst,
-            None,
+            self.grant,
             shadow,
         )
     }

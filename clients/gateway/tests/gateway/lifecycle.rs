@@ -6,8 +6,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::common::Server;
+use crate::common::{Server, TempFile};
+use crate::rls_support::{codes, request};
 use crate::support::{policy_file, upstream, write_policy, Gateway};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::json;
 
 fn policy(version: u64, prefix: &str) -> serde_json::Value {
@@ -122,6 +125,76 @@ async fn the_admin_face_reports_and_reloads_and_sighup_reloads_too() {
         metric(&gw, "rl_gateway_policy_version").await.as_deref() == Some("3")
     })
     .await;
+}
+
+fn rls(requests_per_unit: u32) -> String {
+    format!(
+        "domain: edge\nstore_timeout: 1s\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: {requests_per_unit}\n"
+    )
+}
+
+/// Both faces: a reload after a change of the rate limit service's file alone puts it in force
+/// and says so, though the policy file is unchanged; a reload refused for one file changes
+/// neither.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_with_only_the_rls_file_changed_puts_it_in_force() {
+    let redis = Server::start();
+    let (up, _) = upstream().await;
+    let file = policy_file(&policy(1, "both"));
+    let rls_file = TempFile::new("reload-rls.yaml", &rls(1));
+    let gw = Gateway::start(&[
+        "--policy",
+        file.to_str().unwrap(),
+        "--store",
+        &format!("redis://127.0.0.1:{}", redis.port),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--admin",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--rls-config",
+        rls_file.0.to_str().unwrap(),
+    ]);
+    gw.ready().await;
+    let mut client = RateLimitServiceClient::connect(gw.url("grpc"))
+        .await
+        .unwrap();
+    let mut ask = async || {
+        let r = client
+            .should_rate_limit(request("edge", &[&[("user", "ann")]], 1))
+            .await
+            .unwrap()
+            .into_inner();
+        codes(&r)
+    };
+    // The one unit of the hour spent (no refusal yet: a refusal would be cached for a moment,
+    // whatever the limit after the reload).
+    assert_eq!(ask().await, [(Code::Ok, 0)]);
+
+    let reload = || {
+        reqwest::Client::new()
+            .post(format!("{}/-/reload", gw.url("admin")))
+            .send()
+    };
+    std::fs::write(&rls_file.0, rls(3)).unwrap();
+    let ok = reload().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        ok.json::<serde_json::Value>().await.unwrap(),
+        json!({"version": 1})
+    );
+    // The count of the hour stays; the new limit leaves two more, where the old one refused.
+    assert_eq!(ask().await, [(Code::Ok, 1)]);
+
+    // An invalid policy file refuses the reload, and the changed rate limit file stays unread.
+    std::fs::write(&file, "{\"version\": 2,").unwrap();
+    std::fs::write(&rls_file.0, rls(100)).unwrap();
+    assert_eq!(reload().await.unwrap().status(), 400);
+    assert_eq!(ask().await, [(Code::Ok, 0)]);
+    assert_eq!(ask().await, [(Code::OverLimit, 0)]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -31,6 +31,7 @@ mod replay;
 mod rls;
 mod rls_config;
 mod rls_envoy_protos;
+mod rls_grant;
 mod rls_reference;
 mod rls_store;
 mod stall;

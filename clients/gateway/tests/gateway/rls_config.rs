@@ -194,6 +194,26 @@ fn mistakes_are_refused_naming_the_field() {
         "3650d",
     ]);
     refused(
+        &one("      unit: second\n      requests_per_unit: 5\n      grant:\n        ttl: 1s\n"),
+        &["rate_limit.grant.want", "is required"],
+    );
+    refused(
+        &one("      unit: second\n      requests_per_unit: 5\n      grant:\n        want: 0\n"),
+        &["rate_limit.grant.want", "must be in the range [1, "],
+    );
+    refused(
+        &one("      unit: second\n      requests_per_unit: 5\n      grant:\n        want: 5\n        ttl: 2d\n"),
+        &["rate_limit.grant.ttl", "must be between 1ms and 1d"],
+    );
+    refused(
+        &one("      unit: second\n      requests_per_unit: 5\n      grant:\n        want: 5\n        ttl: 10\n"),
+        &["rate_limit.grant.ttl", "needs a unit"],
+    );
+    refused(
+        &one("      unlimited: true\n      grant:\n        want: 5\n"),
+        &["rate_limit.grant", "an unlimited descriptor has no rate"],
+    );
+    refused(
         "domain: d\non_store_error: open\n",
         &["on_store_error", "deny, allow or fallback"],
     );

@@ -61,7 +61,7 @@ describe('the gateway\'s own overload', () => {
     }
   });
 
-  test('lateness that began before the call was sent is not its overload', async () => {
+  test('lateness that began before the request arrived is not its overload', async () => {
     const server = await Server.start();
     const io = await server.ioredis();
     const admin = await server.ioredis();
@@ -71,7 +71,7 @@ describe('the gateway\'s own overload', () => {
       await admin.call('CLIENT', 'PAUSE', '800', 'WRITE');
       // The loop's tick is 50 ms overdue when the request arrives (a quarter of the deadline is
       // 25 ms), well short of two timeouts: the request is decided, its call sent, and the
-      // paused store misses the deadline. The lateness is older than the call: a timeout.
+      // paused store misses the deadline. The lateness is older than the request: a timeout.
       block(60);
       const decision = await gateway.decide(request('paused'));
       assert.equal(decision.status, 503);

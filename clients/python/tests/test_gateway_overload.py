@@ -46,7 +46,7 @@ async def test_a_stall_the_loop_recovered_from_sheds_no_new_request(server):
     assert decisions(gw, "GET /r", "user", "shed") == 0
 
 
-async def test_lateness_that_began_before_the_call_was_sent_is_not_its_overload(server):
+async def test_lateness_that_began_before_the_request_arrived_is_not_its_overload(server):
     gw = gateway(server.port, _policy("100ms"))
     await gw.prepare()
     h = [(b"x-user", b"paused")]
@@ -57,7 +57,7 @@ async def test_lateness_that_began_before_the_call_was_sent_is_not_its_overload(
     try:
         # The loop's tick is 50 ms overdue when the request arrives (a quarter of the deadline
         # is 25 ms), well short of two timeouts: the request is decided, its call sent, and the
-        # paused store misses the deadline. The lateness is older than the call: a timeout.
+        # paused store misses the deadline. The lateness is older than the request: a timeout.
         time.sleep(0.06)  # noqa: ASYNC251 (the loop blocked on purpose)
         outcome = await gw.decide("GET", "/r", h)
     finally:

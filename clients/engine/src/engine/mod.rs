@@ -308,11 +308,11 @@ impl Engine {
     }
 
     /// How a store call that missed its deadline ended, from how late the driver's own loop
-    /// ran *since the call was sent* (`late`) and the time the call had (`window`): the
+    /// ran *while the request ran* (`late`) and the time the call had (`window`): the
     /// gateway's own overload ([`Answer::Overloaded`]: shed, and not the breaker's failure)
     /// when the loop ran late by a quarter of that time, and by at least 5 ms (timers have a
     /// millisecond's granularity and a busy loop runs them a few late); otherwise a timeout.
-    /// Lateness before the call was sent is not the call's: it is not counted here.
+    /// Lateness from before the request arrived is not the request's: it is not counted here.
     pub fn missed(&self, window: Duration, late: Duration) -> Answer {
         if late >= (window / OVERLOAD_SHARE).max(MIN_LATENESS) {
             Answer::Overloaded

@@ -73,12 +73,15 @@ function failure(err) {
 
 // Sends the calls in order until `deadline` (µs); those not answered by then are missing, which
 // the engine counts as timeouts. After the deadline the client sends nothing more for them. When
-// the engine judges how late the loop ran since the calls were sent, against the time they had,
-// to be the gateway's own overload (Engine.missed), the replies that arrived meanwhile may not
-// have been read yet: they get one more turn of the loop (an immediate runs after the loop has
-// read its sockets), and the calls still missing after it are that overload.
-async function sendAll(engine, rl, calls, deadline) {
-  const sent = performance.now();
+// the engine judges how late the loop ran since the request arrived (`arrived`,
+// performance.now() ms), against the time the calls had, to be the gateway's own overload
+// (Engine.missed), the replies that arrived meanwhile may not have been read yet: they get one
+// more turn of the loop (an immediate runs after the loop has read its sockets), and the calls
+// still missing after it are that overload. Lateness from before the request arrived is not
+// counted; lateness during it is, though the calls were sent after it: a request that waited on
+// a busy loop for a chunk another request refills sends its call with what the loop left of its
+// deadline, and missing that is the gateway's doing, not the store's.
+async function sendAll(engine, rl, calls, deadline, arrived) {
   const answers = [];
   const cancel = { cancelled: false };
   let taken = false;
@@ -112,7 +115,7 @@ async function sendAll(engine, rl, calls, deadline) {
   })();
   const ms = Math.max(1, (deadline - nowUs()) / 1000);
   const missed = await withDeadline(sending, ms, cancel).then(() => false, () => true);
-  const overloaded = missed ? engine.missed(ms, loopLag().since(sent)) : null;
+  const overloaded = missed ? engine.missed(ms, loopLag().since(arrived)) : null;
   if (overloaded?.fail === 'overloaded') await new Promise((r) => setImmediate(r));
   taken = true;
   const got = answers.slice();
@@ -266,6 +269,8 @@ export class Gateway {
   // `keyed`: the decision carries each check's outcome.
   async drive(pending, started, keyed = false) {
     const rl = pending.isDurable() ? this.durable : this.rl;
+    // When the request arrived on the loop's clock, from which its lateness counts.
+    const arrived = (started - WALL_US) / 1000 + MONO_MS;
     let step = pending.first();
     while (step.kind !== 'done') {
       if (step.kind === 'wait') {
@@ -274,7 +279,7 @@ export class Gateway {
         await sleep((step.until - nowUs()) / 1000);
         step = pending.resume([], nowUs());
       } else {
-        const answers = await sendAll(this.engine, rl, step.calls, step.deadline);
+        const answers = await sendAll(this.engine, rl, step.calls, step.deadline, arrived);
         step = pending.resume(answers, nowUs());
       }
     }

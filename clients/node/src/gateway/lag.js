@@ -39,7 +39,7 @@ class LoopLag {
 
   // The latest the loop ran (ms) after `since` (performance.now() ms), the stall under way
   // included. A tick's lateness counts from when it was due or from `since`, whichever is later:
-  // lateness that began before (a tick already overdue when a call was sent) is not the call's.
+  // lateness that began before (a tick already overdue when a request arrived) is not its own.
   since(since) {
     let worst = performance.now() - Math.max(this.due, since);
     for (let n = 1; n <= KEPT; n++) {

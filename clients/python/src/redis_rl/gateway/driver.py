@@ -188,7 +188,7 @@ class _LoopLag:
     def since(self, start: float) -> float:
         """The most the loop ran late after `start` (its time), in seconds. A tick's lateness
         counts from when it was due or from `start`, whichever is later: lateness that began
-        before `start` (a tick already overdue when a call was sent) is not the call's."""
+        before `start` (a tick already overdue when a request arrived) is not the request's."""
         if self._loop is None:
             return 0.0
         late = self._loop.time() - max(self._due, start)  # the next tick, overdue
@@ -453,17 +453,20 @@ class Gateway:
         """Runs a decision's steps until its verdict: the calls under the engine's deadline,
         the waits; then the background calls and the records."""
         store = self._store_for(pending)
+        # When the request arrived on the loop's clock, from which its lateness counts.
+        arrived = asyncio.get_running_loop().time() - max(0, now_us() - started) / 1e6
         try:
             while type(step) is not Verdict:
                 if type(step) is Calls:
-                    sent = asyncio.get_running_loop().time()
                     window = max(0, step.deadline - now_us())
                     answers = await _send_all(store, step.calls, step.deadline)
                     if len(answers) < len(step.calls):
                         # Missed the deadline: the engine tells the store's timeout from the
-                        # loop's own lateness since the calls were sent (a reply waiting to be
-                        # read), which the breaker does not count.
-                        answers.append(self.engine.missed(window, _us(self._lag.since(sent))))
+                        # loop's own lateness since the request arrived (a reply waiting to be
+                        # read, or a wait for a chunk that left the call little of its
+                        # deadline), which the breaker does not count. Lateness from before
+                        # the request arrived is not counted.
+                        answers.append(self.engine.missed(window, _us(self._lag.since(arrived))))
                 else:
                     assert type(step) is Wait
                     await asyncio.sleep(max(0.0, (step.until - now_us()) / 1e6))

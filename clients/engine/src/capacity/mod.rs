@@ -1,4 +1,4 @@
-//! Capacity protection (section 14 of the clients contract, CLIENTS.md): an in-flight limit
+//! Capacity protection (`clients/CONTRACT.md` section 14): an in-flight limit
 //! per named capacity, fixed or learned ([`adaptive`]), shared by every request of a process,
 //! with classes that are shed in order and tenants that are shed by their share.
 //!

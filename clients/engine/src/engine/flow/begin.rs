@@ -88,13 +88,17 @@ impl Pending {
             request.headers.first(name?).filter(|v| !v.is_empty())
         };
         let caller = request.caller;
-        let tenant = caller
-            .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
-            .map(str::as_bytes)
-            .or_else(|| header(policy.identity.tenant.as_deref()));
+        let tenant_of = || {
+            caller
+                .and_then(|c| c.tenant.as_deref().filter(|t| !t.is_empty()))
+                .map(str::as_bytes)
+                .or_else(|| header(policy.identity.tenant.as_deref()))
+        };
         if route.exempt() {
-            // No rule to decide: only its capacity, if it names one.
+            // No rule to decide: only its capacity, if it names one (the caller is looked up
+            // only then: an exempt route is otherwise decided without reading a header).
             if route.capacity.is_some() {
+                let tenant = tenant_of();
                 let plan = policy.plans.as_ref().map(|plans| {
                     let plan = plans.resolve(header(policy.identity.plan.as_deref()), tenant);
                     (plan.plan, plans)
@@ -104,6 +108,7 @@ impl Pending {
             let verdict = pending.shared.exempt(&policy, &route);
             return (pending, Step::Done(verdict));
         }
+        let tenant = tenant_of();
         let user = caller
             .and_then(|c| c.user.as_deref().filter(|u| !u.is_empty()))
             .map(str::as_bytes)

@@ -83,6 +83,12 @@ pub enum Error {
     /// The call reached the server's clock past its `DEADLINE`: it changed nothing. Not an
     /// `ERR`: the request was well formed, and the code names what happened.
     Late { late_ms: u64 },
+    /// `RL.ALLOCATE` on a key whose reporters are all kept already.
+    TooManyReporters(usize),
+    /// A region or reporter name outside `[A-Za-z0-9._:-]{1,64}`.
+    BadName(&'static str),
+    /// `RL.ALLOCATE` on a hash holding a field this module did not write.
+    BadAllocation,
 }
 
 impl fmt::Display for Error {
@@ -173,6 +179,17 @@ impl fmt::Display for Error {
             Error::Late { late_ms } => write!(
                 f,
                 "DEADLINE the call reached the server {late_ms}ms after its deadline; it changed nothing"
+            ),
+            Error::TooManyReporters(max) => write!(
+                f,
+                "ERR the key keeps {max} reporters already: a new one is refused until one is forgotten"
+            ),
+            Error::BadName(arg) => write!(
+                f,
+                "ERR {arg} must be 1 to 64 bytes of letters, digits, '-', '_', '.' and ':'"
+            ),
+            Error::BadAllocation => f.write_str(
+                "ERR key holds a hash that is not an allocation record: use another key, or DEL this one",
             ),
         }
     }

@@ -22,10 +22,13 @@
 //!   semaphore's leases), `grant` (a chunk spent locally), `multi` (all or nothing over several
 //!   limiters), `throttle` (redis-cell's `CL.THROTTLE`).
 //! - `request`: one parser per command, over the helpers in `parse`.
+//! - `allocate`: a global rule's limit shared across regions by the home store (`RL.ALLOCATE`),
+//!   beside the limiters: it keeps reporters, not a limiter's state.
 
 pub mod acquire;
 pub mod algo;
 pub mod algorithm;
+pub mod allocate;
 pub mod ask;
 pub mod bounds;
 pub mod bucket;

@@ -209,17 +209,14 @@ pub fn allocate(
     records: &[Reporter],
     now_ms: u64,
 ) -> Result<Allotted, Error> {
-    let forgotten: Vec<Vec<u8>> = records
+    // The reporter's own record is replaced, never counted.
+    let others: Vec<&Reporter> = records
         .iter()
-        .filter(|r| r.forgotten(terms, now_ms) && !(r.region == report.region && r.id == report.id))
-        .map(Reporter::field)
+        .filter(|r| !(r.region == report.region && r.id == report.id))
         .collect();
-    let kept: Vec<&Reporter> = records
-        .iter()
-        .filter(|r| {
-            !r.forgotten(terms, now_ms) && !(r.region == report.region && r.id == report.id)
-        })
-        .collect();
+    let (forgotten, kept): (Vec<&Reporter>, Vec<&Reporter>) =
+        others.into_iter().partition(|r| r.forgotten(terms, now_ms));
+    let forgotten: Vec<Vec<u8>> = forgotten.into_iter().map(Reporter::field).collect();
     if kept.len() >= MAX_REPORTERS {
         return Err(Error::TooManyReporters(MAX_REPORTERS));
     }

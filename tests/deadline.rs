@@ -217,7 +217,10 @@ fn a_call_on_time_is_the_call_without_a_deadline() {
         let (mut a, mut b) = (a, b);
         // The waits may differ by the milliseconds between the calls: an `ALGO window` wait runs
         // to the window's end, so it is one shorter when a millisecond passed in between.
-        for (x, y) in waits(&with[0], &mut a).into_iter().zip(waits(&with[0], &mut b)) {
+        for (x, y) in waits(&with[0], &mut a)
+            .into_iter()
+            .zip(waits(&with[0], &mut b))
+        {
             assert!((x - y).abs() <= 50, "{with:?}: {x} {y}");
         }
         assert_eq!(a, b, "{with:?}");

@@ -13,6 +13,7 @@
 //! - [`wire`]: commands as argument vectors (module or script encoding) and replies parsed.
 //! - [`memory`]: a store that answers those calls in memory with the core's arithmetic.
 
+mod allocation;
 pub mod breaker;
 pub mod cache;
 pub mod capacity;
@@ -30,8 +31,8 @@ pub mod time;
 pub mod wire;
 
 pub use engine::{
-    Answer, Call, Caller, Engine, Holdings, LogLevel, LogRecord, Options, Pending, Request, Step,
-    Tables, Verdict, VerdictKind,
+    AllocationReport, AllocationUse, Answer, Call, Caller, Engine, Holdings, LogLevel, LogRecord,
+    Options, Pending, Request, Step, Tables, Verdict, VerdictKind,
 };
 pub use identity::Headers;
 pub use metrics::Metrics;

@@ -13,6 +13,7 @@ use crate::policy::Policy;
 use crate::time::Instant;
 use crate::wire::Mode;
 
+mod allocation;
 mod capacity;
 mod render;
 mod text;
@@ -173,6 +174,7 @@ pub struct Metrics {
     // the load of that snapshot.
     shadows: Mutex<BTreeMap<String, ShadowWatch>>,
     capacities: capacity::Registered,
+    allocations: allocation::Registered,
     hook: Option<Arc<dyn MetricsHook>>,
 }
 
@@ -227,6 +229,7 @@ impl Metrics {
             overrides: Mutex::new(Vec::new()),
             shadows: Mutex::default(),
             capacities: capacity::Registered::default(),
+            allocations: allocation::Registered::default(),
             hook,
         }
     }
@@ -234,6 +237,11 @@ impl Metrics {
     /// The capacities of the policy in force, whose gauges `/metrics` shows.
     pub fn capacities(&self, capacities: Vec<(String, Arc<crate::capacity::Capacity>)>) {
         self.capacities.set(capacities);
+    }
+
+    /// The engine's global keys, whose allocations `/metrics` shows.
+    pub(crate) fn allocations(&self, allocations: Arc<crate::allocation::Allocations>) {
+        self.allocations.set(allocations);
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {

@@ -112,6 +112,11 @@ impl<V> Table<V> {
         Some(value)
     }
 
+    /// Every entry, most recently used first, their order unchanged.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut V)> {
+        self.lru.iter_mut()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.lru.len()
     }

@@ -24,6 +24,9 @@ impl Shared {
             .enumerate()
             .filter(|(_, k)| !k.rule.shadow)
             .filter_map(|(i, k)| {
+                if let Some(wait_ms) = k.refuse {
+                    return Some((i, wait_ms));
+                }
                 let wait = self.cache.check(&k.rule.name, &k.key, k.cost(), now)?;
                 Some((i, millis(wait).max(1)))
             })

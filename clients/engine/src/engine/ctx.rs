@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use super::verdict::{Verdict, VerdictKind};
+use crate::allocation::{Allocations, Enforce};
 use crate::headers::HeaderOutcome;
 use crate::metrics::Outcome;
 use crate::policy::{ChargeOn, Policy, Route, RuleKind, RuleSpec};
+use crate::time::Instant;
 
 /// One rule of the route with its key rendered for this request.
 pub(crate) struct Keyed {
@@ -17,6 +19,9 @@ pub(crate) struct Keyed {
     /// Whether the request spends them; when not, the rule is only asked whether `cost` units
     /// would pass (a check with `hits_addend: 0`), apart from and before the spending calls.
     pub(crate) spend: bool,
+    /// Refused before any call, retried after this many ms: a global rule whose allocation
+    /// cannot pass the request until the next one (section 15).
+    pub(crate) refuse: Option<u64>,
 }
 
 impl Keyed {
@@ -31,7 +36,21 @@ impl Keyed {
             key,
             cost,
             spend: true,
+            refuse: None,
         }
+    }
+
+    /// A global rule's key decided by this region's allocation: its rule with the allocation
+    /// as the limit, or refused before any call. Its units count into the demand reported.
+    pub(crate) fn allocated(mut self, allocations: &Allocations, now: Instant) -> Keyed {
+        if self.rule.global.is_none() || self.rule.shadow {
+            return self;
+        }
+        match allocations.enforce(&self.rule, &self.key, self.cost, now) {
+            Enforce::Rule(rule) => self.rule = rule,
+            Enforce::Refuse(wait_ms) => self.refuse = Some(wait_ms),
+        }
+        self
     }
 
     /// Asked apart with `RESERVE`, since `RL.MULTI` takes no reservation: a `settle` rule, and

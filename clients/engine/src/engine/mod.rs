@@ -18,6 +18,7 @@ mod flow;
 mod holdings;
 mod verdict;
 
+pub use crate::allocation::{AllocationReport, AllocationUse};
 pub use capacities::Slot;
 pub use checks::{Check, CheckOutcome, CheckSource};
 pub use flow::Pending;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rl_core::rule::Rule;
 
+use crate::allocation::Allocations;
 use crate::breaker::Breaker;
 use crate::cache::NegativeCache;
 use crate::fallback::Fallback;
@@ -185,6 +187,8 @@ pub(crate) struct Shared {
     // The policy's capacities, swapped whole at a reload; and the keyed hash a tenant's
     // identity enters their fair share as.
     capacities: ArcSwap<Capacities>,
+    // What this gateway enforces of each global key, and the demand it reports.
+    allocations: Arc<Allocations>,
     tenant_hash: foldhash::fast::FixedState,
     // Decision ids, apart from `rng` so that logging draws nothing from the sequence the
     // decisions use: a SplitMix64 sequence never repeats within 2^64 draws.
@@ -220,6 +224,8 @@ impl Engine {
         let entries = NonZeroUsize::new(policy.negative_cache.entries).unwrap_or(NonZeroUsize::MIN);
         let capacities = Capacities::of(&policy, &Capacities::default(), options.seed);
         metrics.capacities(capacities.listed());
+        let allocations = Arc::new(Allocations::new(entries, options.table_bytes));
+        metrics.allocations(Arc::clone(&allocations));
         Engine {
             shared: Arc::new(Shared {
                 cache: NegativeCache::from_spec(&policy.negative_cache, options.table_bytes),
@@ -240,11 +246,24 @@ impl Engine {
                 },
                 rng: Rng::new(options.seed),
                 capacities: ArcSwap::from_pointee(capacities),
+                allocations,
                 tenant_hash: foldhash::fast::FixedState::with_seed(options.seed ^ TENANT_SEED),
                 ids: Rng::new(options.seed ^ IDS_SEED),
                 records: Mutex::new((0, 0)),
             }),
         }
+    }
+
+    /// The reports due to the home store at `now` (section 15): send each as `RL.ALLOCATE`,
+    /// then give its answer to [`Engine::allocated`].
+    pub fn allocation_reports(&self, now: Instant) -> Vec<AllocationReport> {
+        self.shared.allocations.due(now)
+    }
+
+    /// The home store's answer to `report`: the region's allocation, or `None` when it could
+    /// not answer (the key keeps its allocation until the lease ends).
+    pub fn allocated(&self, report: &AllocationReport, allocation: Option<u64>) {
+        self.shared.allocations.answered(report, allocation);
     }
 
     pub fn policy(&self) -> Arc<Policy> {

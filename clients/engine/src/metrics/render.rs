@@ -40,6 +40,7 @@ impl Metrics {
         // families come before this one, never inside it.
         self.store_mode(&mut out);
         self.capacities.render(&mut out);
+        self.allocations.render(&mut out, now);
         out
     }
 

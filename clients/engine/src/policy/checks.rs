@@ -54,6 +54,7 @@ impl Policy {
         );
         Policy {
             capacities: BTreeMap::new(),
+            regions: Vec::new(),
             version,
             identity: Identity {
                 user: None,
@@ -113,6 +114,7 @@ impl RuleSpec {
             public: true,
             shadow,
             durable: false,
+            global: None,
             expect_refusals: None,
         })
     }
@@ -145,6 +147,7 @@ impl RuleSpec {
             public: true,
             shadow: false,
             durable: false,
+            global: None,
             expect_refusals: None,
         })
     }

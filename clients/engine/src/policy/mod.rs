@@ -8,6 +8,7 @@
 mod capacity;
 mod checks;
 mod field;
+mod global;
 mod plans;
 mod routes;
 mod rule;
@@ -16,6 +17,7 @@ mod validate;
 mod validate_route;
 
 pub use capacity::{RouteCapacity, MAX_IN_FLIGHT, MAX_WAIT};
+pub use global::GlobalSpec;
 pub use validate_route::DEFAULT_NAME;
 
 pub use plans::{Override, Overrides, Plans, Resolved, TenantOverrides, MAX_OVERRIDE};
@@ -96,6 +98,8 @@ pub struct Policy {
     pub overrides: Overrides,
     /// The in-flight limits routes draw on (section 14), by name.
     pub capacities: BTreeMap<String, CapacitySpec>,
+    /// The regions that share its global rules (section 15).
+    pub regions: Vec<String>,
     /// What is legal but worth a log line at load (an override already expired).
     pub warnings: Vec<String>,
     pub negative_cache: NegativeCacheSpec,
@@ -123,6 +127,8 @@ pub struct RuleSpec {
     pub shadow: bool,
     /// After an admission, wait for one replica's acknowledgement.
     pub durable: bool,
+    /// Shared across regions by allocation (section 15).
+    pub global: Option<GlobalSpec>,
     /// A shadow rule's declared refusal ratio (section 8.6), watched by the metrics.
     pub expect_refusals: Option<f64>,
     /// Its part of the `RateLimit` headers, from its name and numbers.

@@ -271,7 +271,11 @@ impl RawNumbers {
         raw.cost = self.cost.or(raw.cost);
         raw.concurrency = self.concurrency.or(raw.concurrency);
         raw.lease = self.lease.or(raw.lease);
-        raw.validate(path, &spec.name)
+        // Its numbers change; how the regions share them does not.
+        raw.validate(path, &spec.name).map(|merged| RuleSpec {
+            global: spec.global,
+            ..merged
+        })
     }
 }
 

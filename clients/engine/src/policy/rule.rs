@@ -11,6 +11,7 @@ use rl_core::rule::{
 use serde::Deserialize;
 
 use super::field::{core_message, duration};
+use super::global::RawGlobal;
 use super::RuleKind;
 use super::{header_rule, invalid, ChargeOn, GrantSpec, KeyTemplate, PolicyError, RateSpec};
 use super::{RuleSpec, SemaphoreSpec};
@@ -34,6 +35,7 @@ pub(super) struct RawRule {
     charge: Option<RawCharge>,
     pub(super) concurrency: Option<u64>,
     pub(super) lease: Option<String>,
+    pub(super) global: Option<RawGlobal>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -168,6 +170,8 @@ impl RawRule {
             public: self.public.unwrap_or(true),
             shadow: self.shadow.unwrap_or(false),
             durable: self.durable.unwrap_or(false),
+            // Set by the policy, which knows its regions.
+            global: None,
             expect_refusals: match self.expect_refusals {
                 None => None,
                 Some(_) if !self.shadow.unwrap_or(false) => {

@@ -35,6 +35,8 @@ pub(super) struct RawPolicy {
     #[serde(default)]
     capacity: BTreeMap<String, RawCapacity>,
     #[serde(default)]
+    regions: Vec<String>,
+    #[serde(default)]
     negative_cache: RawNegativeCache,
     #[serde(default)]
     store: RawStore,
@@ -186,9 +188,21 @@ impl RawPolicy {
                 })
                 .collect::<Result<_, _>>()?,
         };
+        super::global::validate_regions(&self.regions)?;
         let mut rules = BTreeMap::new();
         for (name, raw) in &self.rules {
-            let spec = raw.clone().validate(&format!("rules.{name}"), name)?;
+            let mut spec = raw.clone().validate(&format!("rules.{name}"), name)?;
+            spec.global = raw
+                .global
+                .as_ref()
+                .map(|g| {
+                    g.validate(
+                        &format!("rules.{name}.global"),
+                        &spec.kind,
+                        self.regions.len() as u64,
+                    )
+                })
+                .transpose()?;
             if self.plans.is_none() && spec.key.uses(Var::Plan) {
                 return Err(invalid(
                     format!("rules.{name}.key"),
@@ -310,6 +324,7 @@ impl RawPolicy {
             router,
             plans,
             capacities,
+            regions: self.regions,
             overrides,
             warnings,
             negative_cache,

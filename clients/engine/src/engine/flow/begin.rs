@@ -166,6 +166,7 @@ impl Pending {
             .map(|rule| {
                 let effective = policy.effective(rule, plan, &overrides, user, now);
                 Keyed::of(Arc::clone(effective), rule.key.render(&id))
+                    .allocated(&pending.shared.allocations, now)
             })
             .collect();
         let sample = pending.shared.options.log_sample;
@@ -247,11 +248,15 @@ impl Pending {
         let sampled = sample > 0.0 && pending.shared.rng.f64() < sample;
         let keyed = checks
             .into_iter()
-            .map(|c| Keyed {
-                rule: c.rule,
-                key: c.key,
-                cost: c.cost.max(1),
-                spend: c.cost > 0,
+            .map(|c| {
+                Keyed {
+                    rule: c.rule,
+                    key: c.key,
+                    cost: c.cost.max(1),
+                    spend: c.cost > 0,
+                    refuse: None,
+                }
+                .allocated(&pending.shared.allocations, now)
             })
             .collect();
         let ctx = Ctx {

@@ -122,6 +122,20 @@ pub struct Serve {
     /// Also send X-RateLimit-Limit/Remaining/Reset.
     #[arg(long)]
     pub legacy_headers: bool,
+    /// This gateway's region, one of the policy's `regions`: its global rules are enforced on
+    /// --store by the region's allocation, which --home answers.
+    #[arg(long, value_name = "NAME", requires = "home")]
+    pub region: Option<String>,
+    /// redis://HOST:PORT of the home store, where the regions' allocations are made.
+    #[arg(long, value_name = "URL", requires = "region")]
+    pub home: Option<String>,
+    /// The home store is a Redis Cluster (--home names one of its nodes).
+    #[arg(long, requires = "home")]
+    pub home_cluster: bool,
+    /// This gateway's name among its region's reporters: stable across restarts, unique in
+    /// the region (the default is the host's name and the first listening port).
+    #[arg(long, value_name = "NAME", requires = "region")]
+    pub reporter: Option<String>,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod auth;
 pub mod policy_cmd;
 pub mod proxy;
+pub mod regions;
 pub mod replay;
 pub mod rls;
 pub mod server;

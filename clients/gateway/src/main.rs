@@ -2,6 +2,7 @@
 //! See the README for every face and an example session of each.
 
 mod cli;
+mod home;
 mod policy_cli;
 mod serve;
 

@@ -21,6 +21,7 @@ use rl_gateway::shutdown::Stopping;
 use rl_gateway::store::{MemoryConnection, StoreUrl};
 
 use crate::cli::Serve;
+use crate::home;
 
 /// Where the policy comes from.
 enum Source {
@@ -134,6 +135,10 @@ async fn faces<C: RlConnection + 'static>(
         Some(source) => Some(http_gateway(&args, source, conn, &metrics).await?),
         None => None,
     };
+    let (stopping, shutdown) = Stopping::new();
+    if let (Some((gateway, _)), Some(home)) = (&gateway, home::Home::of(&args)?) {
+        home.report(Arc::clone(gateway), shutdown.stop.clone());
+    }
     let reload = reloader(
         gateway
             .as_ref()
@@ -144,7 +149,6 @@ async fn faces<C: RlConnection + 'static>(
         header_timeout: args.header_timeout,
         ..Limits::default()
     };
-    let (stopping, shutdown) = Stopping::new();
     let mut servers: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
     let mut http = |listener, app| {
         let serving = server::serve(listener, app, limits, shutdown.clone());
@@ -195,7 +199,11 @@ async fn http_gateway<C: RlConnection + 'static>(
     metrics: &Arc<Metrics>,
 ) -> Result<(Arc<Gateway<C>>, Reload), String> {
     let with_auth = args.auth.is_some();
+    let region = args.region.clone();
     let check: Check = Arc::new(move |policy: &Policy| {
+        policy
+            .require_region(region.as_deref())
+            .map_err(|e| e.to_string())?;
         if with_auth {
             auth::check_policy(policy)
         } else {

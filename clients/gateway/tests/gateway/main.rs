@@ -27,6 +27,7 @@ mod lifecycle;
 mod policy_cli;
 mod policy_cmd;
 mod proxy;
+mod regions;
 mod replay;
 mod rls;
 mod rls_config;

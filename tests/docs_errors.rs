@@ -71,6 +71,9 @@ fn core_templates() -> Vec<String> {
         Error::BadDeadline,
         Error::DeadlineAhead,
         Error::Late { late_ms: NUMBER },
+        Error::TooManyReporters(NUMBER_USIZE),
+        Error::BadName(n),
+        Error::BadAllocation,
     ];
     // A variant added to the core without a template here is caught by this match.
     for e in &errors {
@@ -102,7 +105,10 @@ fn core_templates() -> Vec<String> {
             | Error::BadPayload(_)
             | Error::BadDeadline
             | Error::DeadlineAhead
-            | Error::Late { .. } => {}
+            | Error::Late { .. }
+            | Error::TooManyReporters(_)
+            | Error::BadName(_)
+            | Error::BadAllocation => {}
         }
     }
     errors

@@ -16,11 +16,12 @@ pub mod command {
     pub const LEASESET: &str = "RL.LEASESET";
     pub const RESERVESET: &str = "RL.RESERVESET";
     pub const THROTTLE: &str = "CL.THROTTLE";
+    pub const ALLOCATE: &str = "RL.ALLOCATE";
 
     /// Every command the module registers.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         ADMIT, MULTI, ACQUIRE, RELEASE, RENEW, SETTLE, GRANT, INFO, SETSTATE, LEASESET, RESERVESET,
-        THROTTLE,
+        THROTTLE, ALLOCATE,
     ];
 }
 
@@ -38,6 +39,8 @@ pub mod token {
     pub const ID: &str = "ID";
     pub const FORGET: &str = "FORGET";
     pub const DEADLINE: &str = "DEADLINE";
+    pub const REGIONS: &str = "REGIONS";
+    pub const LEASE: &str = "LEASE";
 }
 
 /// Reply fields, in the order of the RESP2 array (RESP3 replies are maps with these names).
@@ -57,4 +60,6 @@ pub mod field {
     /// `RL.SETTLE` (nil for an unknown or forgotten reservation).
     pub const SETTLE: [&str; 2] = ["delta", "remaining"];
     pub const GRANT: [&str; 4] = ["granted", "remaining", "valid_ms", "retry_after_ms"];
+    /// `RL.ALLOCATE`.
+    pub const ALLOCATE: [&str; 4] = ["allocation", "lease_ms", "region_demand", "total_demand"];
 }

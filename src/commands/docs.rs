@@ -353,6 +353,48 @@ pub static RESERVESET_ARGS: [Arg; 9] = [
     },
 ];
 
+pub static ALLOCATE_ARGS: [Arg; 9] = [
+    KEY_ARG,
+    described(
+        arg(c"limit", INTEGER),
+        c"the global rule's limit, units per period, 1 to 10^15",
+    ),
+    described(
+        arg(c"region", STRING),
+        c"the reporter's region: 1 to 64 letters, digits, '-', '_', '.' or ':'",
+    ),
+    described(
+        arg(c"reporter", STRING),
+        c"the reporting gateway, unique in its region (same characters)",
+    ),
+    described(
+        arg(c"demand", INTEGER),
+        c"units per period the reporter saw asked (admitted and refused), 0 to 10^15",
+    ),
+    described(
+        arg(c"held", INTEGER),
+        c"the allocation the reporter enforces now, 0 to 10^15",
+    ),
+    option(
+        c"RESERVE",
+        c"units",
+        INTEGER,
+        c"units per period held back from every allocation (default 0, below limit)",
+    ),
+    option(
+        c"REGIONS",
+        c"n",
+        INTEGER,
+        c"the regions the rule is enforced in (default 1, at most 64)",
+    ),
+    option(
+        c"LEASE",
+        c"duration",
+        STRING,
+        c"how long an allocation may be enforced without a newer one (default 10s, 1ms to 1d)",
+    ),
+];
+
 /// Converts an argument tree to the raw form. The returned vectors own the child arrays that the
 /// raw structs point into; they must outlive the `SetCommandInfo` call (which copies them).
 fn raw_args(

@@ -6,6 +6,7 @@
 //! `catch_unwind`.
 
 pub mod admit;
+pub mod allocate;
 pub mod docs;
 pub mod grant;
 pub mod info;
@@ -41,6 +42,8 @@ pub use reply::Reply;
 pub enum CmdError {
     Core(Error),
     WrongType,
+    /// A command the module ran on the key through `RedisModule_Call` was refused.
+    Failed(String),
 }
 
 impl From<Error> for CmdError {
@@ -167,6 +170,9 @@ pub unsafe fn dispatch(
         Ok(Err(CmdError::WrongType)) => {
             reply.error("WRONGTYPE Operation against a key holding the wrong kind of value")
         }
+        Ok(Err(CmdError::Failed(command))) => reply.error(&format!(
+            "ERR internal error in redis-rl: {command} on the key was refused"
+        )),
         Err(_) => reply.error("ERR internal error in redis-rl; the request changed nothing"),
     }
     raw::Status::Ok as c_int
@@ -234,7 +240,7 @@ macro_rules! callback {
 }
 
 /// Every command, in the order `INFO rl` shows their counters.
-pub static COMMANDS: [Command; 12] = [
+pub static COMMANDS: [Command; 13] = [
     Command {
         name: c"RL.ADMIT",
         callback: callback!(admit::run),
@@ -366,6 +372,17 @@ pub static COMMANDS: [Command; 12] = [
         summary: c"Replays one reservation change made on a primary (how replicas and the AOF receive RESERVE and RL.SETTLE effects).",
         complexity: c"O(log N) in the reservations, plus those forgotten",
         args: &docs::RESERVESET_ARGS,
+        stats: None,
+    },
+    Command {
+        name: c"RL.ALLOCATE",
+        callback: callback!(allocate::run),
+        flags: c"write deny-oom",
+        keys: Keys::First(docs::KEY_RW_UPDATE),
+        arity: -7,
+        summary: c"Answers one region's allocation of a global limit, from every reporter's demand (the home store of a limit shared across regions).",
+        complexity: c"O(N) in the reporters the key keeps (at most 256)",
+        args: &docs::ALLOCATE_ARGS,
         stats: None,
     },
 ];

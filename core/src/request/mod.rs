@@ -2,6 +2,7 @@
 //! typed request whose every bound is checked, or into an error that names the argument.
 
 pub mod admit;
+pub mod allocate;
 pub mod grant;
 pub mod lease;
 pub mod multi;

@@ -26,6 +26,7 @@
 //! changes may admit a little more than either limit alone. See `clients/CONTRACT.md` section 15
 //! for the bound this gives.
 
+use crate::bounds::MAX_COUNT;
 use crate::error::Error;
 
 /// The floor is this fraction of the pool, shared by the regions: 1/20 (5 %).
@@ -36,6 +37,16 @@ pub const FORGET_LEASES: u64 = 10;
 
 /// At most this many reporters per global key: a key's record stays small whatever joins.
 pub const MAX_REPORTERS: usize = 256;
+
+/// The largest demand a reporter may report, units per period (10^12). The demands of a key's
+/// reporters are summed: this keeps the sum of all of them below 2^51, so the script mode, whose
+/// numbers are doubles, adds and divides them exactly, and a gateway that sees more (a limit
+/// near the largest, 10^15) reports this: shares then split evenly among such regions.
+pub const MAX_DEMAND: u64 = 1_000_000_000_000;
+
+/// The latest `seen_ms` a record may hold: 2^53 - 1 ms, far beyond any clock, and exact in a
+/// double.
+pub const MAX_SEEN_MS: u64 = (1 << 53) - 1;
 
 /// At most this many declared regions.
 pub const MAX_REGIONS: u64 = 64;
@@ -136,7 +147,10 @@ impl Reporter {
     }
 
     /// Reads a record back from its field and value; `None` for anything this module did not
-    /// write (the caller refuses the call with [`Error::BadAllocation`]).
+    /// write (the caller refuses the call with [`Error::BadAllocation`]). A number is decimal
+    /// digits only, within what a record can hold (demand at most [`MAX_DEMAND`], grants at most
+    /// [`MAX_COUNT`], the time below 2^53), so the script mode reads every accepted record
+    /// exactly as this does.
     pub fn decode(field: &[u8], value: &[u8]) -> Option<Reporter> {
         let space = field.iter().position(|&b| b == b' ')?;
         let (region, id) = (field.get(..space)?, field.get(space + 1..)?);
@@ -144,17 +158,23 @@ impl Reporter {
             return None;
         }
         let text = std::str::from_utf8(value).ok()?;
-        let mut numbers = text.split(' ').map(|n| n.parse::<u64>().ok());
-        let mut next = || numbers.next().flatten();
+        let mut numbers = text.split(' ');
+        let mut next = |max: u64| {
+            let n = numbers.next()?;
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            n.parse::<u64>().ok().filter(|v| *v <= max)
+        };
         let reporter = Reporter {
             region: region.to_vec(),
             id: id.to_vec(),
-            demand: next()?,
-            seen_ms: next()?,
-            granted: next()?,
-            held: next()?,
+            demand: next(MAX_DEMAND)?,
+            seen_ms: next(MAX_SEEN_MS)?,
+            granted: next(MAX_COUNT)?,
+            held: next(MAX_COUNT)?,
         };
-        next().is_none().then_some(reporter)
+        numbers.next().is_none().then_some(reporter)
     }
 }
 
@@ -433,6 +453,8 @@ mod tests {
             held: 8,
         };
         assert_eq!(Reporter::decode(&r.field(), r.value().as_bytes()), Some(r));
+        let most = b"1000000000000 9007199254740991 1000000000000000 1000000000000000";
+        assert!(Reporter::decode(b"eu gw", most).is_some());
         for (f, v) in [
             (&b"eu"[..], &b"1 2 3 4"[..]),
             (b"eu gw", b"1 2 3"),
@@ -440,6 +462,13 @@ mod tests {
             (b"eu gw", b"1 2 x 4"),
             (b"eu g w", b"1 2 3 4"),
             (b"eu gw", b"-1 2 3 4"),
+            // Only what a record can hold, in plain digits.
+            (b"eu gw", b"+1 2 3 4"),
+            (b"eu gw", b"1  2 3 4"),
+            (b"eu gw", b"1000000000001 2 3 4"),
+            (b"eu gw", b"1 9007199254740992 3 4"),
+            (b"eu gw", b"1 2 1000000000000001 4"),
+            (b"eu gw", b"1 2 3 1000000000000001"),
         ] {
             assert_eq!(Reporter::decode(f, v), None, "{f:?} {v:?}");
         }

@@ -369,7 +369,7 @@ pub static ALLOCATE_ARGS: [Arg; 9] = [
     ),
     described(
         arg(c"demand", INTEGER),
-        c"units per period the reporter saw asked (admitted and refused), 0 to 10^15",
+        c"units per period the reporter saw asked (admitted and refused), 0 to 10^12",
     ),
     described(
         arg(c"held", INTEGER),

@@ -1,6 +1,6 @@
 //! The typed request of `RL.ALLOCATE`, parsed from the arguments after the key.
 
-use crate::allocate::{valid_name, Report, Terms, MAX_REGIONS};
+use crate::allocate::{valid_name, Report, Terms, MAX_DEMAND, MAX_REGIONS};
 use crate::error::{printable, Error};
 use crate::parse::{parse_count, parse_duration, set_once, DAY_US};
 use crate::protocol::{command, token};
@@ -31,7 +31,7 @@ pub fn parse_allocate<A: AsRef<[u8]>>(args: &[A]) -> Result<AllocateRequest, Err
     if !valid_name(reporter) {
         return Err(Error::BadName("reporter"));
     }
-    let demand = parse_count(demand.as_ref(), "demand", 0, MAX_COUNT)?;
+    let demand = parse_count(demand.as_ref(), "demand", 0, MAX_DEMAND)?;
     let held = parse_count(held.as_ref(), "held", 0, MAX_COUNT)?;
     let (mut reserve, mut regions, mut lease) = (None, None, None);
     let mut i = 5;
@@ -112,6 +112,10 @@ mod tests {
         );
         assert!(err(&format!("10 eu {} 1 1", "g".repeat(65))).starts_with("ERR reporter must"));
         assert_eq!(err("10 eu gw x 1"), "ERR demand must be an integer");
+        assert_eq!(
+            err("10 eu gw 1000000000001 1"),
+            "ERR demand must be in the range [0, 1000000000000]"
+        );
         assert_eq!(err("10 eu gw 1 -1"), "ERR held must be in the range [0, 1000000000000000]");
         assert_eq!(err("10 eu gw 1 1 RESERVE 10"), "ERR RESERVE must be in the range [0, 9]");
         assert_eq!(err("10 eu gw 1 1 REGIONS 0"), "ERR REGIONS must be in the range [1, 64]");

@@ -1371,6 +1371,192 @@ commands['RL.MULTI'] = function(args)
 end
 
 ---------------------------------------------------------------------------------------------
+-- RL.ALLOCATE: the home store's allocation of a global rule's limit across regions
+-- (core/src/allocate.rs). The key is a plain hash in the module's very layout: field
+-- '<region> <reporter>', value '<demand> <seen_ms> <granted> <held>'. Every quantity is exact:
+-- demands are at most 10^12 and a key keeps at most 256 reporters, so every sum of demands is
+-- below 2^51; limits, grants and holds are at most 10^15; the sum of the other regions' worst is
+-- capped at the limit (past it the allocation is 0 either way); the proportional share is
+-- divided by muldiv.
+
+local MAX_DEMAND = 1000000000000
+local MAX_SEEN_MS = 9007199254740991
+local MAX_REGIONS = 64
+local MAX_REPORTERS = 256
+local FORGET_LEASES = 10
+local FLOOR_DIVISOR = 20
+
+function R.valid_name(s)
+  return #s >= 1 and #s <= 64 and not s:find('[^A-Za-z0-9_.:%-]')
+end
+
+-- A record's number: decimal digits only, at most max (as Reporter::decode reads it).
+function R.record_number(s, max)
+  if s == '' or s:find('[^0-9]') then
+    return nil
+  end
+  local v = tonumber(s)
+  if v > max then
+    return nil
+  end
+  return v
+end
+
+function R.decode_reporter(f, v)
+  local space = f:find(' ', 1, true)
+  if space == nil then
+    return nil
+  end
+  local region, id = f:sub(1, space - 1), f:sub(space + 1)
+  if not R.valid_name(region) or not R.valid_name(id) then
+    return nil
+  end
+  local d, s, g, h = v:match('^([^ ]*) ([^ ]*) ([^ ]*) ([^ ]*)$')
+  if d == nil then
+    return nil
+  end
+  local r = { field = f, region = region, demand = R.record_number(d, MAX_DEMAND),
+    seen = R.record_number(s, MAX_SEEN_MS), granted = R.record_number(g, MAX_COUNT),
+    held = R.record_number(h, MAX_COUNT) }
+  if r.demand == nil or r.seen == nil or r.granted == nil or r.held == nil then
+    return nil
+  end
+  return r
+end
+
+function R.parse_allocate(args)
+  if #args < 6 then
+    R.arity('RL.ALLOCATE')
+  end
+  local limit = R.parse_count(args[2], 'limit', 1, MAX_COUNT)
+  local region, reporter = args[3], args[4]
+  local name_error = ' must be 1 to 64 bytes of letters, digits, \'-\', \'_\', \'.\' and \':\''
+  if not R.valid_name(region) then
+    R.fail('ERR region' .. name_error)
+  end
+  if not R.valid_name(reporter) then
+    R.fail('ERR reporter' .. name_error)
+  end
+  local t = { limit = limit, region = region, reporter = reporter,
+    demand = R.parse_count(args[5], 'demand', 0, MAX_DEMAND),
+    held = R.parse_count(args[6], 'held', 0, MAX_COUNT) }
+  local i = 7
+  while i <= #args do
+    local token, v = args[i], args[i + 1]
+    local name, n
+    if R.is(token, 'RESERVE') then
+      name = 'RESERVE'
+    elseif R.is(token, 'REGIONS') then
+      name = 'REGIONS'
+    elseif R.is(token, 'LEASE') then
+      name = 'LEASE'
+    else
+      R.fail('ERR syntax error near \'' .. R.printable(token) .. '\'')
+    end
+    if v == nil then
+      R.fail('ERR ' .. name .. ' needs a value')
+    end
+    if name == 'RESERVE' then
+      n = R.parse_count(v, name, 0, limit - 1)
+    elseif name == 'REGIONS' then
+      n = R.parse_count(v, name, 1, MAX_REGIONS)
+    else
+      n = R.parse_duration(v, name, D, '1d') / MS
+    end
+    if t[name] ~= nil then
+      R.fail('ERR ' .. name .. ' given more than once')
+    end
+    t[name] = n
+    i = i + 2
+  end
+  t.reserve, t.regions, t.lease = t.RESERVE or 0, t.REGIONS or 1, t.LEASE or 10000
+  return t
+end
+
+commands['RL.ALLOCATE'] = function(args)
+  local t = R.parse_allocate(args)
+  local key = args[1]
+  R.check_key(key, 1)
+  local all = redis.pcall('HGETALL', key)
+  if all.err then
+    R.fail(WRONGTYPE)
+  end
+  local records = {}
+  for i = 1, #all, 2 do
+    local r = R.decode_reporter(all[i], all[i + 1])
+    if r == nil then
+      R.fail('ERR key holds a hash that is not an allocation record: use another key, or DEL this one')
+    end
+    records[#records + 1] = r
+  end
+  local now = R.divmod(R.now_us(), MS)
+  local pool = t.limit - t.reserve
+  local safe = R.divmod(pool, t.regions)
+  local forget = t.lease * FORGET_LEASES
+  local own = t.region .. ' ' .. t.reporter
+  -- The reporter's own record is replaced, never counted; the forgotten are deleted.
+  local forgotten, kept = {}, {}
+  for _, r in ipairs(records) do
+    if r.field ~= own then
+      if math.max(now - r.seen, 0) >= forget then
+        forgotten[#forgotten + 1] = r.field
+      else
+        kept[#kept + 1] = r
+      end
+    end
+  end
+  if #kept >= MAX_REPORTERS then
+    R.fail('ERR the key keeps 256 reporters already: a new one is refused until one is forgotten')
+  end
+  -- Per region (the reporter's own first): its live demand and its worst.
+  local regions, index = { { demand = t.demand, worst = 0 } }, { [t.region] = 1 }
+  local last_seen = now
+  for _, r in ipairs(kept) do
+    local age = math.max(now - r.seen, 0)
+    local demand, worst = 0, r.granted
+    if age < t.lease then
+      demand = r.demand
+    else
+      worst = math.min(math.max(r.granted, r.held), safe)
+    end
+    local at = index[r.region]
+    if at == nil then
+      regions[#regions + 1] = { demand = demand, worst = worst }
+      index[r.region] = #regions
+    else
+      local e = regions[at]
+      e.demand, e.worst = e.demand + demand, math.max(e.worst, worst)
+    end
+    last_seen = math.max(last_seen, r.seen)
+  end
+  local declared = math.max(t.regions, #regions)
+  local fl = R.divmod(pool, FLOOR_DIVISOR * declared)
+  local others = math.min((declared - #regions) * fl, t.limit)
+  local total = 0
+  for i, e in ipairs(regions) do
+    if i > 1 then
+      others = math.min(others + math.max(e.worst, fl), t.limit)
+    end
+    total = total + e.demand
+  end
+  local region_demand = regions[1].demand
+  local target
+  if total == 0 then
+    target = R.divmod(pool, declared)
+  else
+    target = fl + R.muldiv(pool - fl * declared, region_demand, total)
+  end
+  local allocation = math.min(target, t.limit - others)
+  redis.call('HSET', key, own, R.int(t.demand) .. ' ' .. R.int(now) .. ' ' .. R.int(allocation)
+    .. ' ' .. R.int(t.held))
+  if #forgotten > 0 then
+    redis.call('HDEL', key, unpack(forgotten))
+  end
+  redis.call('PEXPIREAT', key, R.int(last_seen + forget))
+  return { allocation, t.lease, region_demand, total }
+end
+
+---------------------------------------------------------------------------------------------
 -- RL.INFO: a flat name/value array, as the module replies in RESP2.
 
 commands['RL.INFO'] = function(args)

@@ -14,7 +14,9 @@ pub use rl_engine::wire::reply::{
 // The engine's CRC16, the one the gateway groups keyed checks by: one slot function in Rust.
 use rl_engine::wire::{reply, slot as key_slot, Args, Reply};
 
+use crate::allocate::{self, Allotment};
 pub use crate::error::{error_of, Error};
+use rl_core::allocate::Terms;
 use crate::mode::{self, Mode, ModeCell, ModeListener};
 
 /// A reply of the `redis` crate as the engine reads it.
@@ -293,6 +295,23 @@ impl<C: RlConnection> Rl<C> {
             Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
             other => Err(Error::Unexpected(format!("WAIT replied {other:?}"))),
         }
+    }
+
+    /// `RL.ALLOCATE` on the home store of a global rule: reports `demand` (units per period the
+    /// reporter saw asked, admitted and refused) and `held` (the allocation it enforces now) for
+    /// `reporter` of `region`, and returns the region's allocation and its lease. A demand above
+    /// 10^12 is reported as 10^12.
+    pub async fn allocate(
+        &self,
+        key: &[u8],
+        terms: &Terms,
+        region: &str,
+        reporter: &str,
+        demand: u64,
+        held: u64,
+    ) -> Result<Allotment, Error> {
+        let args = allocate::args(key, terms, region, reporter, demand, held);
+        allocate::allotment(&reply_of(&self.call(&args).await?))
     }
 
     /// `None` for a key that does not exist.

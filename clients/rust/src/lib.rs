@@ -4,12 +4,14 @@
 //! [`ConcurrencyLimitLayer`]). A user who only calls [`Rl`] turns the feature off and compiles
 //! no HTTP stack.
 
+mod allocate;
 pub mod client;
 mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod mode;
 
+pub use allocate::Allotment;
 pub use client::{
     Decision, Error, GrantReply, KeyInfo, Lease, MultiDecision, Rl, RlConnection, RuleOutcome,
     Settlement,

@@ -62,20 +62,38 @@ fn the_worked_numbers_through_the_command() {
     let mut c = s.conn();
     let k = "{t:atlas}:alloc";
     let before = server_ms(&mut c);
-    assert_eq!(allocate(&mut c, k, "eu g1 6000 150", ""), [8700, 10000, 6000, 6000]);
-    assert_eq!(allocate(&mut c, k, "us g1 3000 150", ""), [1150, 10000, 3000, 9000]);
-    assert_eq!(allocate(&mut c, k, "ap g1 0 150", ""), [150, 10000, 0, 9000]);
-    assert_eq!(allocate(&mut c, k, "eu g1 6000 8700", ""), [5850, 10000, 6000, 9000]);
-    assert_eq!(allocate(&mut c, k, "us g1 3000 1150", ""), [3000, 10000, 3000, 9000]);
-    assert_eq!(allocate(&mut c, k, "ap g1 0 150", ""), [150, 10000, 0, 9000]);
+    assert_eq!(
+        allocate(&mut c, k, "eu g1 6000 150", ""),
+        [8700, 10000, 6000, 6000]
+    );
+    assert_eq!(
+        allocate(&mut c, k, "us g1 3000 150", ""),
+        [1150, 10000, 3000, 9000]
+    );
+    assert_eq!(
+        allocate(&mut c, k, "ap g1 0 150", ""),
+        [150, 10000, 0, 9000]
+    );
+    assert_eq!(
+        allocate(&mut c, k, "eu g1 6000 8700", ""),
+        [5850, 10000, 6000, 9000]
+    );
+    assert_eq!(
+        allocate(&mut c, k, "us g1 3000 1150", ""),
+        [3000, 10000, 3000, 9000]
+    );
+    assert_eq!(
+        allocate(&mut c, k, "ap g1 0 150", ""),
+        [150, 10000, 0, 9000]
+    );
     let after = server_ms(&mut c);
     // A second gateway of eu adds to its region's demand; its region's grant is what it gets.
     let recs = records(&mut c, k);
     let fields: Vec<&str> = recs.iter().map(|(f, _)| f.as_str()).collect();
     assert_eq!(fields, ["ap g1", "eu g1", "us g1"]);
-    for ((_, r), (demand, granted, held)) in recs
-        .iter()
-        .zip([(0, 150, 150), (6000, 5850, 8700), (3000, 3000, 1150)])
+    for ((_, r), (demand, granted, held)) in
+        recs.iter()
+            .zip([(0, 150, 150), (6000, 5850, 8700), (3000, 3000, 1150)])
     {
         assert_eq!((r[0], r[2], r[3]), (demand, granted, held));
         assert!((before..=after).contains(&r[1]), "seen_ms {r:?}");
@@ -108,7 +126,10 @@ fn a_silent_reporter_is_counted_down_then_forgotten() {
     let t0 = server_ms(&mut c);
     assert_eq!(allocate(&mut c, k, "eu g1 9000 0", lease)[0], 8700);
     let us = allocate(&mut c, k, "us g1 9000 0", lease);
-    assert!(server_ms(&mut c) < t0 + 300, "the machine is too slow for this test");
+    assert!(
+        server_ms(&mut c) < t0 + 300,
+        "the machine is too slow for this test"
+    );
     assert_eq!(us, [1150, 300, 9000, 18000]);
     sleep(Duration::from_millis(600));
     // eu counts at the safe share (3,000) and no demand: us gets its whole target, capped.
@@ -149,27 +170,80 @@ fn bad_input_changes_nothing() {
     allocate(&mut c, "a", "eu g1 600 150", "");
     let _: () = cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
     admit(&mut c, "lim 10 1h");
-    let _: () = cmd("HSET").arg("foreign").arg("eu g1").arg("1 2 3").query(&mut c).unwrap();
-    let _: () = cmd("HSET").arg("plain").arg("a").arg("1").query(&mut c).unwrap();
+    let _: () = cmd("HSET")
+        .arg("foreign")
+        .arg("eu g1")
+        .arg("1 2 3")
+        .query(&mut c)
+        .unwrap();
+    let _: () = cmd("HSET")
+        .arg("plain")
+        .arg("a")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
-    let foreign = "ERR key holds a hash that is not an allocation record: use another key, or DEL this one";
+    let foreign =
+        "ERR key holds a hash that is not an allocation record: use another key, or DEL this one";
     let names = "must be 1 to 64 bytes of letters, digits, '-', '_', '.' and ':'";
     let long = "g".repeat(65);
     let cases: Vec<(String, String)> = vec![
-        ("a 10000 eu g1 600".into(), "ERR wrong number of arguments for 'RL.ALLOCATE' command".into()),
-        ("a 0 eu g1 600 150".into(), "ERR limit must be in the range [1, 1000000000000000]".into()),
-        ("a x eu g1 600 150".into(), "ERR limit must be an integer".into()),
-        ("a 10000 e/u g1 600 150".into(), format!("ERR region {names}")),
-        (format!("a 10000 eu {long} 600 150"), format!("ERR reporter {names}")),
-        ("a 10000 eu g1 1000000000001 150".into(), "ERR demand must be in the range [0, 1000000000000]".into()),
-        ("a 10000 eu g1 600 -1".into(), "ERR held must be in the range [0, 1000000000000000]".into()),
-        ("a 10000 eu g1 600 150 RESERVE 10000".into(), "ERR RESERVE must be in the range [0, 9999]".into()),
-        ("a 10000 eu g1 600 150 REGIONS 65".into(), "ERR REGIONS must be in the range [1, 64]".into()),
-        ("a 10000 eu g1 600 150 LEASE 2d".into(), "ERR LEASE must be between 1ms and 1d".into()),
-        ("a 10000 eu g1 600 150 LEASE 10".into(), "ERR LEASE needs a unit: add ms, s, m, h or d (for example 10s)".into()),
-        ("a 10000 eu g1 600 150 LEASE".into(), "ERR LEASE needs a value".into()),
-        ("a 10000 eu g1 600 150 REGIONS 2 REGIONS 2".into(), "ERR REGIONS given more than once".into()),
-        ("a 10000 eu g1 600 150 WANT 2".into(), "ERR syntax error near 'WANT'".into()),
+        (
+            "a 10000 eu g1 600".into(),
+            "ERR wrong number of arguments for 'RL.ALLOCATE' command".into(),
+        ),
+        (
+            "a 0 eu g1 600 150".into(),
+            "ERR limit must be in the range [1, 1000000000000000]".into(),
+        ),
+        (
+            "a x eu g1 600 150".into(),
+            "ERR limit must be an integer".into(),
+        ),
+        (
+            "a 10000 e/u g1 600 150".into(),
+            format!("ERR region {names}"),
+        ),
+        (
+            format!("a 10000 eu {long} 600 150"),
+            format!("ERR reporter {names}"),
+        ),
+        (
+            "a 10000 eu g1 1000000000001 150".into(),
+            "ERR demand must be in the range [0, 1000000000000]".into(),
+        ),
+        (
+            "a 10000 eu g1 600 -1".into(),
+            "ERR held must be in the range [0, 1000000000000000]".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 RESERVE 10000".into(),
+            "ERR RESERVE must be in the range [0, 9999]".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 REGIONS 65".into(),
+            "ERR REGIONS must be in the range [1, 64]".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 LEASE 2d".into(),
+            "ERR LEASE must be between 1ms and 1d".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 LEASE 10".into(),
+            "ERR LEASE needs a unit: add ms, s, m, h or d (for example 10s)".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 LEASE".into(),
+            "ERR LEASE needs a value".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 REGIONS 2 REGIONS 2".into(),
+            "ERR REGIONS given more than once".into(),
+        ),
+        (
+            "a 10000 eu g1 600 150 WANT 2".into(),
+            "ERR syntax error near 'WANT'".into(),
+        ),
         ("str 10000 eu g1 600 150".into(), wrongtype.into()),
         ("lim 10000 eu g1 600 150".into(), wrongtype.into()),
         ("foreign 10000 eu g2 600 150".into(), foreign.into()),
@@ -288,7 +362,10 @@ fn replicas_and_the_aof_keep_the_primary_hash_and_expiry() {
     wait_for_sync(&primary, &replica);
     assert_eq!(state(&mut replica.conn()), want, "the replica");
     let aof = aof_text(&primary.dir);
-    assert!(!aof.contains("RL.ALLOCATE"), "the command itself was logged");
+    assert!(
+        !aof.contains("RL.ALLOCATE"),
+        "the command itself was logged"
+    );
     for effect in ["HSET", "HDEL", "PEXPIREAT"] {
         assert!(aof.contains(effect), "no {effect} in the AOF");
     }
@@ -297,7 +374,10 @@ fn replicas_and_the_aof_keep_the_primary_hash_and_expiry() {
     assert_eq!(state(&mut primary.conn()), want, "loaded from the effects");
     let _: () = cmd("BGREWRITEAOF").query(&mut primary.conn()).unwrap();
     wait_until(30, "the AOF rewrite", || {
-        let info: String = cmd("INFO").arg("persistence").query(&mut primary.conn()).unwrap();
+        let info: String = cmd("INFO")
+            .arg("persistence")
+            .query(&mut primary.conn())
+            .unwrap();
         info.contains("aof_rewrite_in_progress:0") && !info.contains("aof_rewrite_scheduled:1")
     });
     primary.restart(false, &[]);
@@ -365,7 +445,18 @@ fn script_mode_answers_as_the_module() {
     let mut rng = Rng(0x5eed_a110c);
     let limits: [u64; 5] = [1, 7, 10_000, 999_999_999_999_989, 1_000_000_000_000_000];
     let demands = ["0", "1", "3", "6000", "999999999999", "1000000000000"];
-    let junk = ["-1", "x", "", "RESERVE", "LEASE", "0ms", "2d", "65", "e/u", "1000000000001"];
+    let junk = [
+        "-1",
+        "x",
+        "",
+        "RESERVE",
+        "LEASE",
+        "0ms",
+        "2d",
+        "65",
+        "e/u",
+        "1000000000001",
+    ];
     let regions = ["eu", "us", "ap", "sa", "af"];
     let (mut answered, mut largest) = (0, 0);
     for round in 0..600 {
@@ -395,7 +486,10 @@ fn script_mode_answers_as_the_module() {
         }
     }
     assert!(answered > 450, "{answered} of 600 answered");
-    assert!(largest > 100_000_000_000_000, "the largest allocation was {largest}");
+    assert!(
+        largest > 100_000_000_000_000,
+        "the largest allocation was {largest}"
+    );
     for k in 0..4 {
         pair.same_key(&format!("k{k}"));
     }
@@ -408,8 +502,14 @@ fn script_mode_leases_forgetting_and_refusals_match_the_module() {
     let mut pair = Pair::start();
     let call = |line: &str| words(&format!("RL.ALLOCATE {line} {TERMS} LEASE 300ms"));
     let ints = |v: Value| redis::from_redis_value::<Vec<i64>>(&v).unwrap();
-    assert_eq!(ints(pair.same(&call("f 10000 eu g1 9000 0")).unwrap())[0], 8700);
-    assert_eq!(ints(pair.same(&call("f 10000 us g1 9000 0")).unwrap())[0], 1150);
+    assert_eq!(
+        ints(pair.same(&call("f 10000 eu g1 9000 0")).unwrap())[0],
+        8700
+    );
+    assert_eq!(
+        ints(pair.same(&call("f 10000 us g1 9000 0")).unwrap())[0],
+        1150
+    );
     sleep(Duration::from_millis(800));
     // eu is past its lease: at the safe share, its demand no more.
     let v = pair.same(&call("f 10000 us g1 9000 1150")).unwrap();
@@ -424,12 +524,24 @@ fn script_mode_leases_forgetting_and_refusals_match_the_module() {
 
     for c in [&mut pair.m, &mut pair.p] {
         let _: () = cmd("SET").arg("str").arg("x").query(c).unwrap();
-        let _: () = cmd("HSET").arg("h").arg("eu g1").arg("1 2 3 +4").query(c).unwrap();
+        let _: () = cmd("HSET")
+            .arg("h")
+            .arg("eu g1")
+            .arg("1 2 3 +4")
+            .query(c)
+            .unwrap();
     }
-    assert!(pair.same(&call("str 10000 eu g 1 1")).unwrap_err().starts_with("WRONGTYPE"));
-    assert!(pair.same(&call("h 10000 eu g 1 1")).unwrap_err().contains("not an allocation record"));
+    assert!(pair
+        .same(&call("str 10000 eu g 1 1"))
+        .unwrap_err()
+        .starts_with("WRONGTYPE"));
+    assert!(pair
+        .same(&call("h 10000 eu g 1 1"))
+        .unwrap_err()
+        .contains("not an allocation record"));
     for i in 0..256 {
-        pair.same(&words(&format!("RL.ALLOCATE full 1000000 eu g{i} 1 0"))).unwrap();
+        pair.same(&words(&format!("RL.ALLOCATE full 1000000 eu g{i} 1 0")))
+            .unwrap();
     }
     assert!(pair
         .same(&words("RL.ALLOCATE full 1000000 eu new 1 0"))
@@ -439,8 +551,18 @@ fn script_mode_leases_forgetting_and_refusals_match_the_module() {
     // The module's hash, copied as it is to the script's server (and back), answers the same.
     let moved: Vec<(String, String)> = cmd("HGETALL").arg("f").query(&mut pair.m).unwrap();
     for (f, v) in &moved {
-        let _: () = cmd("HSET").arg("moved").arg(f).arg(v).query(&mut pair.p).unwrap();
-        let _: () = cmd("HSET").arg("moved").arg(f).arg(v).query(&mut pair.m).unwrap();
+        let _: () = cmd("HSET")
+            .arg("moved")
+            .arg(f)
+            .arg(v)
+            .query(&mut pair.p)
+            .unwrap();
+        let _: () = cmd("HSET")
+            .arg("moved")
+            .arg(f)
+            .arg(v)
+            .query(&mut pair.m)
+            .unwrap();
     }
     let v = pair.same(&call("moved 10000 eu g1 100 150")).unwrap();
     assert_eq!(ints(v)[2], 100);

@@ -132,7 +132,9 @@ fn write(
         // cannot be refused (the call does not check memory: the command itself is `deny-oom`).
         // Were one refused, what ran before it is still replicated, so the replicas stay equal.
         if command(ctx, command_name, args).is_none() {
-            return Err(CmdError::Failed(command_name.to_string_lossy().into_owned()));
+            return Err(CmdError::Failed(
+                command_name.to_string_lossy().into_owned(),
+            ));
         }
         if replicate {
             replicate_one(ctx, command_name, args);

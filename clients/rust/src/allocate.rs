@@ -68,8 +68,10 @@ pub fn allotment(reply: &Reply) -> Result<Allotment, Error> {
             for (slot, name) in values.iter_mut().zip(field::ALLOCATE) {
                 let value = pairs
                     .iter()
-                    .find(|(k, _)| matches!(k, Reply::Bulk(b) if b == name.as_bytes())
-                        || matches!(k, Reply::Status(s) if s == name))
+                    .find(|(k, _)| {
+                        matches!(k, Reply::Bulk(b) if b == name.as_bytes())
+                            || matches!(k, Reply::Status(s) if s == name)
+                    })
                     .map(|(_, v)| v)
                     .ok_or_else(unexpected)?;
                 *slot = uint(value)?;
@@ -99,7 +101,14 @@ mod tests {
 
     #[test]
     fn the_command_carries_every_term_and_a_bounded_demand() {
-        let a = args(b"{t:atlas}:alloc", &TERMS, "eu", "gw-1", 2_000_000_000_000, 150);
+        let a = args(
+            b"{t:atlas}:alloc",
+            &TERMS,
+            "eu",
+            "gw-1",
+            2_000_000_000_000,
+            150,
+        );
         let words: Vec<String> = a
             .iter()
             .map(|w| String::from_utf8(w.to_vec()).unwrap())
@@ -134,7 +143,9 @@ mod tests {
         assert!(allotment(&Reply::Array(vec![Reply::Int(1)])).is_err());
         assert!(allotment(&Reply::Array(vec![Reply::Int(-1); 4])).is_err());
         assert!(matches!(
-            allotment(&Reply::Error("ERR RESERVE must be in the range [0, 9]".into())),
+            allotment(&Reply::Error(
+                "ERR RESERVE must be in the range [0, 9]".into()
+            )),
             Err(Error::Refused(_))
         ));
     }

@@ -16,8 +16,8 @@ use rl_engine::wire::{reply, slot as key_slot, Args, Reply};
 
 use crate::allocate::{self, Allotment};
 pub use crate::error::{error_of, Error};
-use rl_core::allocate::Terms;
 use crate::mode::{self, Mode, ModeCell, ModeListener};
+use rl_core::allocate::Terms;
 
 /// A reply of the `redis` crate as the engine reads it.
 pub fn reply_of(v: &Value) -> Reply {

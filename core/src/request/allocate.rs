@@ -96,16 +96,28 @@ mod tests {
                 lease_ms: 10_000
             }
         );
-        assert_eq!((r.report.region.as_slice(), r.report.id.as_slice()), (&b"eu"[..], &b"gw-1"[..]));
+        assert_eq!(
+            (r.report.region.as_slice(), r.report.id.as_slice()),
+            (&b"eu"[..], &b"gw-1"[..])
+        );
         assert_eq!((r.report.demand, r.report.held), (600, 150));
         let r = parse("10000 eu gw-1 600 150 reserve 1000 REGIONS 3 lease 2s").unwrap();
-        assert_eq!((r.terms.reserve, r.terms.regions, r.terms.lease_ms), (1_000, 3, 2_000));
+        assert_eq!(
+            (r.terms.reserve, r.terms.regions, r.terms.lease_ms),
+            (1_000, 3, 2_000)
+        );
     }
 
     #[test]
     fn every_bad_argument_is_named() {
-        assert_eq!(err("10000 eu gw 1"), "ERR wrong number of arguments for 'RL.ALLOCATE' command");
-        assert_eq!(err("0 eu gw 1 1"), "ERR limit must be in the range [1, 1000000000000000]");
+        assert_eq!(
+            err("10000 eu gw 1"),
+            "ERR wrong number of arguments for 'RL.ALLOCATE' command"
+        );
+        assert_eq!(
+            err("0 eu gw 1 1"),
+            "ERR limit must be in the range [1, 1000000000000000]"
+        );
         assert_eq!(
             err("10 e/u gw 1 1"),
             "ERR region must be 1 to 64 bytes of letters, digits, '-', '_', '.' and ':'"
@@ -116,16 +128,31 @@ mod tests {
             err("10 eu gw 1000000000001 1"),
             "ERR demand must be in the range [0, 1000000000000]"
         );
-        assert_eq!(err("10 eu gw 1 -1"), "ERR held must be in the range [0, 1000000000000000]");
-        assert_eq!(err("10 eu gw 1 1 RESERVE 10"), "ERR RESERVE must be in the range [0, 9]");
-        assert_eq!(err("10 eu gw 1 1 REGIONS 0"), "ERR REGIONS must be in the range [1, 64]");
-        assert_eq!(err("10 eu gw 1 1 LEASE 2d"), "ERR LEASE must be between 1ms and 1d");
+        assert_eq!(
+            err("10 eu gw 1 -1"),
+            "ERR held must be in the range [0, 1000000000000000]"
+        );
+        assert_eq!(
+            err("10 eu gw 1 1 RESERVE 10"),
+            "ERR RESERVE must be in the range [0, 9]"
+        );
+        assert_eq!(
+            err("10 eu gw 1 1 REGIONS 0"),
+            "ERR REGIONS must be in the range [1, 64]"
+        );
+        assert_eq!(
+            err("10 eu gw 1 1 LEASE 2d"),
+            "ERR LEASE must be between 1ms and 1d"
+        );
         assert_eq!(
             err("10 eu gw 1 1 LEASE 10"),
             "ERR LEASE needs a unit: add ms, s, m, h or d (for example 10s)"
         );
         assert_eq!(err("10 eu gw 1 1 REGIONS"), "ERR REGIONS needs a value");
-        assert_eq!(err("10 eu gw 1 1 REGIONS 2 REGIONS 2"), "ERR REGIONS given more than once");
+        assert_eq!(
+            err("10 eu gw 1 1 REGIONS 2 REGIONS 2"),
+            "ERR REGIONS given more than once"
+        );
         assert_eq!(err("10 eu gw 1 1 WANT 2"), "ERR syntax error near 'WANT'");
     }
 }

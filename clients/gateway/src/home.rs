@@ -133,5 +133,7 @@ fn default_reporter(args: &Serve) -> String {
         .next()
         .unwrap_or(0);
     let name = format!("{host}:{port}");
-    name.get(..64.min(name.len())).unwrap_or("gateway").to_string()
+    name.get(..64.min(name.len()))
+        .unwrap_or("gateway")
+        .to_string()
 }

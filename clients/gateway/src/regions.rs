@@ -65,7 +65,9 @@ impl<H: RlConnection + 'static> Reporter<H> {
             }
             // One line when the home stops answering and one when it answers again, not one
             // per report: the lease age on /metrics is what an operator alarms on.
-            let failed = answers.iter().find_map(|(r, a)| a.as_ref().err().map(|e| (r, e)));
+            let failed = answers
+                .iter()
+                .find_map(|(r, a)| a.as_ref().err().map(|e| (r, e)));
             match (failed, failing) {
                 (Some((report, error)), false) => {
                     tracing::warn!(

@@ -4,11 +4,12 @@
 use region_sim::contenders::{Coordinated, Fixed, Home, Ideal, Reporting};
 use region_sim::metrics::{RESERVE_UNITS, WINDOW_ALLOWANCE};
 use region_sim::{
-    run, Contender, Report, Scenario, DELAY_MS, EVERY_MS, JITTER_MS, LEASE_MS, LIMIT, RESERVE,
-    TENANTS,
+    run, Contender, Kind, Report, Scenario, DELAY_MS, EVERY_MS, JITTER_MS, LEASE_MS, LIMIT,
+    RESERVE, TENANTS,
 };
 
 const SEED: u64 = 20261206;
+const SEEDS: u64 = 20;
 
 /// Every contender, fresh, by name.
 pub fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
@@ -91,6 +92,48 @@ fn row(name: &str, r: &Report) {
     );
 }
 
+/// Convergence after each shift of `kind` over `SEEDS` seeds (the shift falls at a different
+/// point of each gateway's report cycle): median and most, for the design with 1 and 2
+/// gateways a region.
+fn spread(kind: Kind, secs: u64) {
+    let sc = Scenario::new(kind, secs);
+    for gateways in [1, 2] {
+        let mut times: Vec<Vec<f64>> = vec![vec![]; sc.shifts().len()];
+        let mut never = 0;
+        for seed in 1..=SEEDS {
+            let mut c = Coordinated::new(Home::design(), Reporting::Confirm, gateways, seed);
+            // The seed moves each gateway's report phase as well as the arrivals.
+            let r = run(&sc, &mut c, gateways, seed);
+            for (i, t) in r.converge.iter().enumerate() {
+                match t {
+                    Some(t) => times[i].push(*t),
+                    None => never += 1,
+                }
+            }
+        }
+        let cells: Vec<String> = times
+            .iter_mut()
+            .map(|t| {
+                t.sort_by(f64::total_cmp);
+                let within = t
+                    .iter()
+                    .filter(|&&s| s <= 2.0 * EVERY_MS as f64 / 1e3)
+                    .count();
+                format!(
+                    "{:.1} s / {:.1} s / {within} of {SEEDS}",
+                    t.get(t.len() / 2).copied().unwrap_or(f64::NAN),
+                    t.last().copied().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        println!(
+            "| {} | {gateways} | {} | {never} |",
+            sc.name,
+            cells.join(" ; ")
+        );
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let secs = if quick { 30 } else { 60 };
@@ -105,5 +148,11 @@ fn main() {
             let r = run(&sc, c.as_mut(), gateways, SEED);
             row(name, &r);
         }
+    }
+    println!("\n### Convergence of this design over {SEEDS} seeds\n");
+    println!("| scenario | gateways a region | after each shift: median / most / within two reports | never |");
+    println!("|---|---|---|---|");
+    for kind in [Kind::Flash, Kind::Failover] {
+        spread(kind, secs);
     }
 }

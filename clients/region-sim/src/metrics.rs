@@ -31,7 +31,7 @@ pub struct Report {
     pub utilization: f64,
     /// For each shift of demand: seconds until every region of every tenant is served (it
     /// enforces at least 90 % of its demand share of the pool, or of its demand if less) and
-    /// stays so until the next shift; `None` if it never is. (A contender without regional
+    /// stays so for two reports (or to the next shift); `None` if it never is. (A contender without regional
     /// limits, the ideal bucket, is always served.)
     pub converge: Vec<Option<f64>>,
     /// The share of the measured time in which every region was served so.
@@ -160,13 +160,13 @@ impl Counts {
             .enumerate()
             .map(|(i, &s)| {
                 let horizon = shifts.get(i + 1).copied().unwrap_or(good.len());
-                // The first slot after the shift from which every slot to the next is served.
-                let bad_last = (s..horizon).rev().find(|&k| !good[k]);
-                match bad_last {
-                    None => Some(0.0),
-                    Some(k) if k + 1 == horizon => None,
-                    Some(k) => Some((k + 1 - s) as f64 * SLOT_MS as f64 / 1_000.0),
-                }
+                // The first slot after the shift from which every slot is served for two
+                // reports (or to the next shift): later lapses are the demand's own noise
+                // measured over one report, and show in `served`.
+                let hold = (2 * EVERY_MS / SLOT_MS) as usize;
+                (s..horizon)
+                    .find(|&k| (k..(k + hold).min(horizon)).all(|j| good[j]) && k + 1 < horizon)
+                    .map(|k| (k - s) as f64 * SLOT_MS as f64 / 1_000.0)
             })
             .collect();
 

@@ -14,6 +14,10 @@ pub enum Kind {
     Flash,
     /// At a third of the run, region 0's traffic moves to region 1 in one step.
     Failover,
+    /// Churn: every tenant's demand flips between region 0 (the nearest home) and region 2 (the
+    /// farthest), 90/10 then 10/90, every report: allocations never settle, and a region that
+    /// shrinks enforces its old grant until the answer reaches it.
+    Swing,
     /// Steady demand; the home store is unreachable for five reports from a third of the run.
     HomeDown,
     /// Steady demand; region 2 cannot reach home from a third of the run for one and a half
@@ -42,6 +46,7 @@ impl Scenario {
             Kind::Diurnal => "diurnal",
             Kind::Flash => "flash crowd",
             Kind::Failover => "failover",
+            Kind::Swing => "swing between regions every report",
             Kind::HomeDown => "home down for five reports",
             Kind::Partition => "region partitioned past its lease",
         };
@@ -55,6 +60,7 @@ impl Scenario {
             Kind::Diurnal,
             Kind::Flash,
             Kind::Failover,
+            Kind::Swing,
             Kind::HomeDown,
             Kind::Partition,
         ]
@@ -97,8 +103,9 @@ impl Scenario {
         let share = |r: usize| SKEW[(r + t) % REGIONS];
         let base = demand(t) * share(region);
         let Some(now) = Scenario::at(ms) else {
+            // The warm-up is the start of the measured time held still.
             return match self.kind {
-                Kind::Diurnal => demand(t) * self.diurnal(t, region, 0),
+                Kind::Diurnal | Kind::Swing => self.rate(t, region, WARMUP_MS),
                 _ => base,
             };
         };
@@ -113,6 +120,15 @@ impl Scenario {
                 } else {
                     base
                 }
+            }
+            Kind::Swing => {
+                let flipped = (now / crate::EVERY_MS) % 2 == 1;
+                let share = match (region, flipped) {
+                    (1, _) => 0.0,
+                    (0, false) | (2, true) => 0.9,
+                    _ => 0.1,
+                };
+                demand(t) * share
             }
             Kind::Failover => match region {
                 _ if now < third => base,

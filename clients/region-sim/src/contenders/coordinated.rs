@@ -96,6 +96,8 @@ pub struct Coordinated {
     last: Vec<Option<Answer>>,
     /// Per tenant and region: the region's key.
     keys: Vec<Limiter>,
+    /// Each gateway reports on its own phase of the cycle, drawn from the seed.
+    phases: Vec<u64>,
     queue: BinaryHeap<Reverse<(u64, u64, Msg)>>,
     seq: u64,
     net: Rng,
@@ -104,6 +106,10 @@ pub struct Coordinated {
 impl Coordinated {
     pub fn new(home: Home, reporting: Reporting, gateways: usize, seed: u64) -> Coordinated {
         let n = REGIONS * gateways * TENANTS;
+        let mut net = Rng::new(seed ^ 0x6e65_7477_6f72_6b00);
+        let phases = (0..REGIONS * gateways)
+            .map(|_| net.u64() % EVERY_MS)
+            .collect();
         Coordinated {
             home,
             gateways,
@@ -114,7 +120,8 @@ impl Coordinated {
             keys: fresh(TENANTS * REGIONS),
             queue: BinaryHeap::new(),
             seq: 0,
-            net: Rng::new(seed ^ 0x6e65_7477_6f72_6b00),
+            phases,
+            net,
         }
     }
 
@@ -225,9 +232,7 @@ impl Contender for Coordinated {
             }
         }
         for gw in 0..REGIONS * self.gateways {
-            // Each gateway reports on its own phase.
-            let phase = (gw as u64 * 677) % EVERY_MS;
-            if !(ms + phase).is_multiple_of(EVERY_MS) {
+            if !(ms + self.phases[gw]).is_multiple_of(EVERY_MS) {
                 continue;
             }
             for tenant in 0..TENANTS {

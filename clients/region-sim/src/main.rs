@@ -52,6 +52,11 @@ pub fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
             )),
         ),
         (
+            "this design, a jump in demand reported at once",
+            1,
+            Box::new(Coordinated::new(Home::design(), Reporting::Confirm, 1, seed).early()),
+        ),
+        (
             "this design, an idle key reported once",
             1,
             Box::new(Coordinated::new(
@@ -97,11 +102,14 @@ fn row(name: &str, r: &Report) {
 /// gateways a region.
 fn spread(kind: Kind, secs: u64) {
     let sc = Scenario::new(kind, secs);
-    for gateways in [1, 2] {
+    for (gateways, early) in [(1, false), (2, false), (1, true), (2, true)] {
         let mut times: Vec<Vec<f64>> = vec![vec![]; sc.shifts().len()];
         let mut never = 0;
         for seed in 1..=SEEDS {
             let mut c = Coordinated::new(Home::design(), Reporting::Confirm, gateways, seed);
+            if early {
+                c = c.early();
+            }
             // The seed moves each gateway's report phase as well as the arrivals.
             let r = run(&sc, &mut c, gateways, seed);
             for (i, t) in r.converge.iter().enumerate() {
@@ -127,8 +135,9 @@ fn spread(kind: Kind, secs: u64) {
             })
             .collect();
         println!(
-            "| {} | {gateways} | {} | {never} |",
+            "| {} | {gateways} | {} | {} | {never} |",
             sc.name,
+            if early { "at once" } else { "on its cycle" },
             cells.join(" ; ")
         );
     }
@@ -150,8 +159,8 @@ fn main() {
         }
     }
     println!("\n### Convergence of this design over {SEEDS} seeds\n");
-    println!("| scenario | gateways a region | after each shift: median / most / within two reports | never |");
-    println!("|---|---|---|---|");
+    println!("| scenario | gateways a region | a jump in demand reported | after each shift: median / most / within two reports | never |");
+    println!("|---|---|---|---|---|");
     for kind in [Kind::Flash, Kind::Failover] {
         spread(kind, secs);
     }

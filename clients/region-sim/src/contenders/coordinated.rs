@@ -92,6 +92,11 @@ pub struct Coordinated {
     /// Per gateway (`region * gateways + gw`) and tenant: units seen since its last report,
     /// and its last report's demand and held (none before the first).
     seen: Vec<u64>,
+    /// Units seen in the current quarter of the cycle, and when the key was last reported.
+    recent: Vec<u64>,
+    since: Vec<u64>,
+    /// Whether a key whose demand jumps is reported at once rather than at the cycle's end.
+    early: bool,
     reported: Vec<Option<(u64, u64)>>,
     last: Vec<Option<Answer>>,
     /// Per tenant and region: the region's key.
@@ -115,6 +120,9 @@ impl Coordinated {
             gateways,
             reporting,
             seen: vec![0; n],
+            recent: vec![0; n],
+            since: vec![0; n],
+            early: false,
             reported: vec![None; n],
             last: vec![None; n],
             keys: fresh(TENANTS * REGIONS),
@@ -123,6 +131,12 @@ impl Coordinated {
             phases,
             net,
         }
+    }
+
+    /// Reports a key off its cycle (at most every quarter of it) when its demand jumps.
+    pub fn early(mut self) -> Coordinated {
+        self.early = true;
+        self
     }
 
     fn region(&self, gw: usize) -> usize {
@@ -231,24 +245,39 @@ impl Contender for Coordinated {
                 }
             }
         }
+        let quarter = EVERY_MS / 4;
         for gw in 0..REGIONS * self.gateways {
-            if !(ms + self.phases[gw]).is_multiple_of(EVERY_MS) {
+            let at = ms + self.phases[gw];
+            if !at.is_multiple_of(quarter) {
                 continue;
             }
+            let regular = at.is_multiple_of(EVERY_MS);
             for tenant in 0..TENANTS {
                 let i = gw * TENANTS + tenant;
-                let seen = std::mem::take(&mut self.seen[i]);
-                let demand = seen * PERIOD_MS / EVERY_MS;
+                let recent = std::mem::take(&mut self.recent[i]);
                 let held = self.enforced(gw, tenant, ms);
-                let report = match (self.reporting, self.reported[i]) {
-                    _ if seen > 0 => true,
-                    (_, None) | (Reporting::Demand, _) => false,
-                    (Reporting::Release, Some((d, _))) => d > 0,
-                    (Reporting::Confirm, Some((d, h))) => d > 0 || h > held,
+                let report = if regular {
+                    match (self.reporting, self.reported[i]) {
+                        _ if self.seen[i] > 0 => true,
+                        (_, None) | (Reporting::Demand, _) => false,
+                        (Reporting::Release, Some((d, _))) => d > 0,
+                        (Reporting::Confirm, Some((d, h))) => d > 0 || h > held,
+                    }
+                } else {
+                    // Off the cycle, only a jump: the last quarter's rate half as much again
+                    // as the demand last reported, or half of it (and 20 units a second apart).
+                    let rate = recent * PERIOD_MS / quarter;
+                    let last = self.reported[i].map_or(0, |(d, _)| d);
+                    self.early && rate.abs_diff(last) >= (last / 2).max(20)
                 };
                 if !report {
                     continue;
                 }
+                let seen = std::mem::take(&mut self.seen[i]);
+                let since = std::mem::replace(&mut self.since[i], ms);
+                let span = if regular { ms - since } else { quarter };
+                let counted = if regular { seen } else { recent };
+                let demand = counted * PERIOD_MS / span.max(1);
                 self.reported[i] = Some((demand, held));
                 let msg = Msg::Report {
                     tenant,
@@ -265,6 +294,7 @@ impl Contender for Coordinated {
     fn admit(&mut self, tenant: usize, region: usize, gw: usize, at_us: u64) -> bool {
         let gw = region * self.gateways + gw;
         self.seen[gw * TENANTS + tenant] += 1;
+        self.recent[gw * TENANTS + tenant] += 1;
         let a = self.limit(gw, tenant, at_us / 1_000);
         admit_under(&mut self.keys[tenant * REGIONS + region], a, at_us)
     }

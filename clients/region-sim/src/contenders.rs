@@ -21,6 +21,12 @@ pub trait Contender {
     /// The limit `region` enforces for `tenant` at `ms` (the least of its gateways'); `None`
     /// with no regional limit.
     fn enforced(&self, tenant: usize, region: usize, ms: u64) -> Option<u64>;
+    /// The most any tenant's regions enforced at once, summed; and the most units their sum
+    /// was above the limit in one cycle of reports (its excess integrated over time). `None`
+    /// with no regional limits.
+    fn over_limit(&self) -> Option<(u64, f64)> {
+        None
+    }
 }
 
 /// A key's limiter, admitting one unit under a limit of `a` units per period (none at 0).
@@ -74,6 +80,11 @@ impl Contender for Fixed {
     }
     fn enforced(&self, _: usize, _: usize, _: u64) -> Option<u64> {
         Some(self.limit)
+    }
+    fn over_limit(&self) -> Option<(u64, f64)> {
+        let sum = self.limit * REGIONS as u64;
+        let per_cycle = sum.saturating_sub(LIMIT) * crate::EVERY_MS / PERIOD_MS;
+        Some((sum, per_cycle as f64))
     }
 }
 

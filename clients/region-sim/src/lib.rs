@@ -122,5 +122,10 @@ pub fn run(sc: &Scenario, c: &mut dyn Contender, gateways: usize, seed: u64) -> 
             counts.record(tenant, region, ms, admitted);
         }
     }
-    counts.report(sc)
+    let mut report = counts.report(sc);
+    if let Some((most, excess)) = c.over_limit() {
+        report.most_enforced = Some(most as f64 / LIMIT as f64);
+        report.excess_units = Some(excess);
+    }
+    report
 }

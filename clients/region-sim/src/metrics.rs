@@ -40,6 +40,12 @@ pub struct Report {
     /// in that bin: how many (tenant, region) pairs, and the longest such stretch in seconds.
     pub starved_pairs: usize,
     pub starved_secs: f64,
+    /// The most any tenant's regions enforced at once, summed, as a multiple of the limit
+    /// (`None` for the ideal bucket, which has no regional limits).
+    pub most_enforced: Option<f64>,
+    /// The most units the regions' limits summed above the limit in one cycle of reports
+    /// (the excess of their sum integrated over the cycle): what the reserve must cover.
+    pub excess_units: Option<f64>,
 }
 
 /// The long window the overshoot over time is measured in.
@@ -200,6 +206,8 @@ impl Counts {
             served: served_share,
             starved_pairs,
             starved_secs,
+            most_enforced: None,
+            excess_units: None,
         }
     }
 }

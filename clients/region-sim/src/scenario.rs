@@ -6,8 +6,8 @@ use crate::{demand, REGIONS, SKEW, WARMUP_MS};
 pub enum Kind {
     /// Each tenant's demand split 60/30/10 across the regions (rotated by tenant), constant.
     Steady,
-    /// The demand's centre goes once around the regions over the run (a day in ten minutes of
-    /// the full run: 144 times faster than the sun).
+    /// The demand's centre goes once around the regions over the run (a day in five minutes of
+    /// the full run: 288 times faster than the sun).
     Diurnal,
     /// From a third of the run to two thirds, one tenant asks ten times its whole demand in
     /// one region.
@@ -20,6 +20,10 @@ pub enum Kind {
     Swing,
     /// Steady demand; the home store is unreachable for five reports from a third of the run.
     HomeDown,
+    /// At a third of the run every tenant's demand in region 0 triples, so region 2's share
+    /// falls; the home's answers to region 2 are lost (its reports arrive: a call that timed
+    /// out after the home ran it) for one and a half leases.
+    LostReplies,
     /// Steady demand; region 2 cannot reach home from a third of the run for one and a half
     /// leases.
     Partition,
@@ -49,11 +53,12 @@ impl Scenario {
             Kind::Swing => "swing between regions every report",
             Kind::HomeDown => "home down for five reports",
             Kind::Partition => "region partitioned past its lease",
+            Kind::LostReplies => "surge while one region's answers are lost",
         };
         Scenario { name, kind, secs }
     }
 
-    /// Every scenario, `secs` long; the diurnal one ten times that, its day.
+    /// Every scenario, `secs` long; the diurnal one five times that, its day.
     pub fn all(secs: u64) -> Vec<Scenario> {
         [
             Kind::Steady,
@@ -63,9 +68,10 @@ impl Scenario {
             Kind::Swing,
             Kind::HomeDown,
             Kind::Partition,
+            Kind::LostReplies,
         ]
         .into_iter()
-        .map(|k| Scenario::new(k, if k == Kind::Diurnal { 10 * secs } else { secs }))
+        .map(|k| Scenario::new(k, if k == Kind::Diurnal { 5 * secs } else { secs }))
         .collect()
     }
 
@@ -78,7 +84,7 @@ impl Scenario {
     pub fn shifts(&self) -> Vec<u64> {
         match self.kind {
             Kind::Flash => vec![self.third_ms(), 2 * self.third_ms()],
-            Kind::Failover => vec![self.third_ms()],
+            Kind::Failover | Kind::LostReplies => vec![self.third_ms()],
             _ => vec![],
         }
     }
@@ -88,7 +94,7 @@ impl Scenario {
         let from = self.third_ms();
         match self.kind {
             Kind::HomeDown => Some((from, from + 5 * crate::EVERY_MS)),
-            Kind::Partition => Some((from, from + 3 * crate::LEASE_MS / 2)),
+            Kind::Partition | Kind::LostReplies => Some((from, from + 3 * crate::LEASE_MS / 2)),
             _ => None,
         }
     }
@@ -130,6 +136,8 @@ impl Scenario {
                 };
                 demand(t) * share
             }
+            Kind::LostReplies if region == 0 && now >= third => 3.0 * base,
+            Kind::LostReplies => base,
             Kind::Failover => match region {
                 _ if now < third => base,
                 0 => 0.0,
@@ -151,8 +159,9 @@ impl Scenario {
         weight(region) / total
     }
 
-    /// Whether a message between `region` and home is lost at simulator time `ms`.
-    pub fn cut(&self, region: usize, ms: u64) -> bool {
+    /// Whether a message between `region` and home is lost at simulator time `ms`: a report
+    /// (`to_home`) or an answer.
+    pub fn cut(&self, region: usize, ms: u64, to_home: bool) -> bool {
         let (Some(now), Some((from, to))) = (Scenario::at(ms), self.outage()) else {
             return false;
         };
@@ -160,6 +169,7 @@ impl Scenario {
         match self.kind {
             Kind::HomeDown => during,
             Kind::Partition => during && region == CUT_REGION,
+            Kind::LostReplies => during && region == CUT_REGION && !to_home,
             _ => false,
         }
     }

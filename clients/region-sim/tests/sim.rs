@@ -1,4 +1,4 @@
-//! Short runs of every scenario (30 s; the diurnal day 300 s): the bound this design holds and
+//! Short runs of every scenario (30 s; the diurnal day 150 s): the bound this design holds and
 //! the goals it meets, against contenders that show each measure can fail.
 
 use region_sim::contenders::{Coordinated, Fixed, Home, Reporting};
@@ -103,5 +103,26 @@ fn a_jump_in_demand_reported_at_once_converges_within_two_reports() {
             }
             assert!(r.window_over <= RESERVE_UNITS as i64, "{r:?}");
         }
+    }
+}
+
+#[test]
+fn a_lost_answer_lets_the_limits_sum_above_the_limit_unless_the_home_counts_what_was_held() {
+    // Region 2's share falls while its answers are lost (its reports arrive): it keeps
+    // enforcing its old grant, the home counts it at the new one and grants region 0 the rest.
+    let mut c = design(1);
+    let r = go(Kind::LostReplies, &mut c, 1);
+    assert!(r.most_enforced.is_some_and(|m| m > 1.1), "{r:?}");
+    assert!(
+        r.excess_units.is_some_and(|e| e > RESERVE_UNITS as f64),
+        "{r:?}"
+    );
+    // Counting a live reporter at the larger of its grant and what it said it held closes it,
+    // here and wherever allocations move.
+    for kind in [Kind::LostReplies, Kind::Swing, Kind::Flash, Kind::Failover] {
+        let mut c = design(1).count_held().early();
+        let r = go(kind, &mut c, 1);
+        assert_eq!(r.most_enforced, Some(1.0), "{kind:?}: {r:?}");
+        assert_eq!(r.excess_units, Some(0.0), "{kind:?}: {r:?}");
     }
 }

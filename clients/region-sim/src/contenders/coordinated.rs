@@ -95,6 +95,18 @@ pub struct Coordinated {
     /// Units seen in the current quarter of the cycle, and when the key was last reported.
     recent: Vec<u64>,
     since: Vec<u64>,
+    /// The rule's terms (the reserve can be changed to measure what it buys).
+    terms: Terms,
+    /// The most any tenant's regions enforced at once, summed (for each region, the most of
+    /// its gateways'), by the millisecond.
+    most: u64,
+    /// Per tenant, the units its regions' limits summed above the limit in the current cycle
+    /// (the sum's excess integrated over time), and the most of any cycle.
+    excess: Vec<f64>,
+    most_excess: f64,
+    /// The home counts a live reporter at the larger of its grant and what it said it held (a
+    /// proposed change to `allocate`, simulated by the records it is given).
+    count_held: bool,
     /// Whether a key whose demand jumps is reported at once rather than at the cycle's end.
     early: bool,
     reported: Vec<Option<(u64, u64)>>,
@@ -123,6 +135,11 @@ impl Coordinated {
             recent: vec![0; n],
             since: vec![0; n],
             early: false,
+            terms: TERMS,
+            most: 0,
+            excess: vec![0.0; TENANTS],
+            most_excess: 0.0,
+            count_held: false,
             reported: vec![None; n],
             last: vec![None; n],
             keys: fresh(TENANTS * REGIONS),
@@ -131,6 +148,18 @@ impl Coordinated {
             phases,
             net,
         }
+    }
+
+    /// The design with another reserve, units per period.
+    pub fn reserve(mut self, reserve: u64) -> Coordinated {
+        self.terms.reserve = reserve;
+        self
+    }
+
+    /// The home counts a live reporter at the larger of its grant and what it held.
+    pub fn count_held(mut self) -> Coordinated {
+        self.count_held = true;
+        self
     }
 
     /// Reports a key off its cycle (at most every quarter of it) when its demand jumps.
@@ -154,7 +183,7 @@ impl Coordinated {
     fn enforced(&self, gw: usize, tenant: usize, ms: u64) -> u64 {
         let last = self.last[gw * TENANTS + tenant];
         match self.home {
-            Home::Design(_) => TERMS.enforced(
+            Home::Design(_) => self.terms.enforced(
                 last.map(|a| a.grant),
                 ms.saturating_sub(last.map_or(0, |a| a.sent_ms)),
             ),
@@ -190,7 +219,18 @@ impl Coordinated {
                     demand,
                     held,
                 };
-                let a = allocate(&TERMS, &report, records, ms).ok()?;
+                let a = if self.count_held {
+                    let counted: Vec<Reporter> = records
+                        .iter()
+                        .map(|r| Reporter {
+                            granted: r.granted.max(r.held),
+                            ..r.clone()
+                        })
+                        .collect();
+                    allocate(&self.terms, &report, &counted, ms).ok()?
+                } else {
+                    allocate(&self.terms, &report, records, ms).ok()?
+                };
                 records
                     .retain(|r| !a.forgotten.contains(&r.field()) && r.field() != a.record.field());
                 records.push(a.record);
@@ -220,7 +260,7 @@ impl Contender for Coordinated {
                     sent_ms,
                 } => {
                     let region = self.region(gw);
-                    if sc.cut(region, sent_ms) || sc.cut(region, ms) {
+                    if sc.cut(region, sent_ms, true) || sc.cut(region, ms, true) {
                         continue;
                     }
                     if let Some(grant) = self.answer(tenant, gw, demand, held, ms) {
@@ -234,7 +274,7 @@ impl Contender for Coordinated {
                 }
                 Msg::Reply { tenant, gw, answer } => {
                     let region = self.region(gw);
-                    if sc.cut(region, answer.home_ms) || sc.cut(region, ms) {
+                    if sc.cut(region, answer.home_ms, false) || sc.cut(region, ms, false) {
                         continue;
                     }
                     let last = &mut self.last[gw * TENANTS + tenant];
@@ -244,6 +284,23 @@ impl Contender for Coordinated {
                     }
                 }
             }
+        }
+        if ms.is_multiple_of(EVERY_MS) {
+            for e in &mut self.excess {
+                self.most_excess = self.most_excess.max(std::mem::take(e));
+            }
+        }
+        for tenant in 0..TENANTS {
+            let sum: u64 = (0..REGIONS)
+                .map(|r| {
+                    (r * self.gateways..(r + 1) * self.gateways)
+                        .map(|gw| self.limit(gw, tenant, ms))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum();
+            self.most = self.most.max(sum);
+            self.excess[tenant] += sum.saturating_sub(LIMIT) as f64 / PERIOD_MS as f64;
         }
         let quarter = EVERY_MS / 4;
         for gw in 0..REGIONS * self.gateways {
@@ -297,6 +354,11 @@ impl Contender for Coordinated {
         self.recent[gw * TENANTS + tenant] += 1;
         let a = self.limit(gw, tenant, at_us / 1_000);
         admit_under(&mut self.keys[tenant * REGIONS + region], a, at_us)
+    }
+
+    fn over_limit(&self) -> Option<(u64, f64)> {
+        let current = self.excess.iter().copied().fold(0.0, f64::max);
+        Some((self.most, self.most_excess.max(current)))
     }
 
     fn enforced(&self, tenant: usize, region: usize, ms: u64) -> Option<u64> {

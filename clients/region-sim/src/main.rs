@@ -12,7 +12,7 @@ const SEED: u64 = 20261206;
 const SEEDS: u64 = 10;
 
 /// Every contender, fresh, by name.
-pub fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
+fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
     vec![
         (
             "uncoordinated (each region the whole limit)",

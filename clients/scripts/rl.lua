@@ -1513,7 +1513,8 @@ commands['RL.ALLOCATE'] = function(args)
   local last_seen = now
   for _, r in ipairs(kept) do
     local age = math.max(now - r.seen, 0)
-    local demand, worst = 0, r.granted
+    -- While the lease runs, what it held too: its answer may have been lost.
+    local demand, worst = 0, math.max(r.granted, r.held)
     if age < t.lease then
       demand = r.demand
     else

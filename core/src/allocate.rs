@@ -15,15 +15,16 @@
 //!   safe share (the pool divided by the regions);
 //! - after that, or before it was ever answered: the floor.
 //!
-//! The home counts each reporter at exactly that: its grant while the lease runs, then the
-//! smaller of the safe share and the larger of its grant and what it said it held (a reply may
-//! have been lost), then, once forgotten, its region's floor. A region it never heard from holds
+//! The home counts each reporter at what it may be enforcing: while the lease runs, the larger
+//! of its grant and what it said it held (the answer may have been lost, and the gateway then
+//! still enforces its older grant, which is what it reported holding); then the smaller of that
+//! and the safe share; once forgotten, its region's floor. So a region that shrinks frees its
+//! share at its next report, once it says it holds the smaller grant. A region it never heard from holds
 //! the floor. Its targets: the pool (the limit less the reserve) shared in proportion to the
 //! regions' live demand, every region first given the floor, so an idle region can start.
 //!
-//! The reserve is the slack for what this accounting does not see: a shrinking region enforces
-//! its old grant until the reply reaches it (one one-way delay), and a local limiter whose limit
-//! changes may admit a little more than either limit alone. See `clients/CONTRACT.md` section 15
+//! The reserve is the slack for what this accounting does not see: a local limiter whose limit
+//! changes within a window may admit up to the larger of its two limits in that window. See `clients/CONTRACT.md` section 15
 //! for the bound this gives.
 
 use crate::bounds::MAX_COUNT;
@@ -83,6 +84,22 @@ impl Terms {
         self.pool() / FLOOR_DIVISOR.saturating_mul(self.regions.max(1))
     }
 
+    /// A region's share of the pool: the floor, and the rest in proportion to its live demand
+    /// (`region_demand` of `total_demand`); with no demand anywhere, the safe share. What a
+    /// region is granted when the others' holds leave room for it; a gateway answered less
+    /// knows it is still capped by them.
+    pub fn target(&self, region_demand: u64, total_demand: u64) -> u64 {
+        let regions = self.regions.max(1);
+        if total_demand == 0 {
+            return self.safe_share();
+        }
+        let floor = self.floor();
+        let shared = self.pool().saturating_sub(floor.saturating_mul(regions));
+        let share = u128::from(shared) * u128::from(region_demand.min(total_demand))
+            / u128::from(total_demand);
+        floor.saturating_add(u64::try_from(share).unwrap_or(u64::MAX))
+    }
+
     /// How long after its last answered call a reporter is forgotten.
     pub fn forget_ms(&self) -> u64 {
         self.lease_ms.saturating_mul(FORGET_LEASES)
@@ -119,7 +136,8 @@ impl Reporter {
     fn worst(&self, terms: &Terms, now_ms: u64) -> u64 {
         let age = now_ms.saturating_sub(self.seen_ms);
         if age < terms.lease_ms {
-            self.granted
+            // Its answer may have been lost: it then still enforces what it said it held.
+            self.granted.max(self.held)
         } else {
             self.granted.max(self.held).min(terms.safe_share())
         }
@@ -205,6 +223,18 @@ pub struct Report {
     pub held: u64,
 }
 
+/// The home's answer to one report, as a gateway reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allotment {
+    /// Units per period the reporter's region may admit on its own store until the lease ends.
+    pub allocation: u64,
+    /// How long `allocation` may be enforced, counted from when the call was sent.
+    pub lease_ms: u64,
+    /// The live demand of the reporter's region, and of all regions, units per period.
+    pub region_demand: u64,
+    pub total_demand: u64,
+}
+
 /// The answer to a report, and what to change in the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allotted {
@@ -276,14 +306,7 @@ pub fn allocate(
         .fold(0u64, |sum, &(_, demand, _)| sum.saturating_add(demand));
     let region_demand = regions.first().map_or(0, |&(_, d, _)| d);
 
-    let pool = terms.pool();
-    let target = if total_demand == 0 {
-        pool / declared
-    } else {
-        let shared = pool.saturating_sub(floor.saturating_mul(declared));
-        let share = u128::from(shared) * u128::from(region_demand) / u128::from(total_demand);
-        floor.saturating_add(u64::try_from(share).unwrap_or(u64::MAX))
-    };
+    let target = terms.target(region_demand, total_demand);
     let allocation = target.min(terms.limit.saturating_sub(others));
 
     let record = Reporter {
@@ -386,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn a_region_that_shrinks_frees_its_share_only_once_granted_less() {
+    fn a_region_that_shrinks_frees_its_share_once_it_says_it_holds_less() {
         let mut records = vec![];
         run(
             &mut records,
@@ -399,7 +422,8 @@ mod tests {
         let grown = run(&mut records, &[(2_000, report("us", "g1", 9_000, 150))]);
         let eu_grant = records.iter().find(|r| r.region == b"eu").unwrap().granted;
         assert_eq!(grown[0], 10_000 - eu_grant - 150);
-        // eu reports its new demand and is granted less; then us gets its half.
+        // eu reports its new demand and is granted less; until it says it holds that (its
+        // answer may be lost), the home counts it at what it held, and us stays capped.
         let second = run(
             &mut records,
             &[
@@ -407,7 +431,16 @@ mod tests {
                 (4_000, report("us", "g1", 9_000, grown[0])),
             ],
         );
-        assert_eq!(second, [150 + 4_275, 150 + 4_275]);
+        assert_eq!(second, [150 + 4_275, grown[0]]);
+        // eu's next report says it holds the smaller grant: us gets its half.
+        let third = run(
+            &mut records,
+            &[
+                (5_000, report("eu", "g1", 9_000, 150 + 4_275)),
+                (6_000, report("us", "g1", 9_000, grown[0])),
+            ],
+        );
+        assert_eq!(third, [150 + 4_275, 150 + 4_275]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rl_core::allocate::Terms;
+use rl_core::allocate::{Allotment, Terms};
 
 use crate::policy::{RuleKind, RuleSpec};
 use crate::table::{Table, TableUse};
@@ -73,9 +73,28 @@ struct Entry {
     since: Instant,
     /// A report sent and not yet answered.
     sending: bool,
+    /// The demand and the hold of the last report answered: what the home counts this gateway
+    /// by.
+    acked: Option<(u64, u64)>,
+    /// The last answer was less than the region's target: the others' holds capped it, and it
+    /// asks again a quarter of `every` later, until they have shrunk.
+    capped: bool,
 }
 
 impl Entry {
+    /// A report of this key, now in flight.
+    fn report(&mut self, key: &str, demand: u64, held: u64, now: Instant) -> AllocationReport {
+        self.sending = true;
+        AllocationReport {
+            rule: self.rule.clone(),
+            key: key.to_string(),
+            terms: self.terms,
+            demand,
+            held,
+            sent: now,
+        }
+    }
+
     fn enforced(&self, now: Instant) -> u64 {
         let granted = self.answer.map(|(a, _)| a);
         let since = self
@@ -84,6 +103,12 @@ impl Entry {
         self.terms.enforced(granted, since)
     }
 }
+
+/// A jump in demand is reported this fraction of `every` after the last report at the
+/// earliest...
+const EARLY_SHARE: u32 = 4;
+/// ...when it moved by this fraction of the limit at least.
+const JUMP_FLOOR: u64 = 50;
 
 pub(crate) struct Allocations {
     table: Mutex<Table<Entry>>,
@@ -124,6 +149,8 @@ impl Allocations {
             demand: 0,
             since: now,
             sending: false,
+            acked: None,
+            capped: false,
         });
         if entry.terms != terms {
             // A reload, a plan or an override changed the limit: the allocations answered
@@ -133,6 +160,8 @@ impl Allocations {
             entry.every = global.every;
             entry.answer = None;
             entry.built = None;
+            entry.acked = None;
+            entry.capped = false;
         }
         entry.demand = entry.demand.saturating_add(cost);
         let allocation = entry.enforced(now);
@@ -157,44 +186,69 @@ impl Allocations {
         }
     }
 
-    /// The reports due at `now`: each key asked for since its last report, `every` ago or
-    /// more, with none in flight. Their demand starts again from `now`.
+    /// The reports due at `now`, none for a key with one in flight:
+    /// - at once, a key granted less than the home heard it hold (the home counts it at the
+    ///   larger until told, and the others wait for that share);
+    /// - `every` after its last report, a key with demand since, or whose demand the home still
+    ///   counts (an idle key says so once);
+    /// - early, a quarter of `every` after its last report, a key whose demand has jumped to
+    ///   half or one and a half times what the home last heard (and by a fiftieth of the limit
+    ///   at least: noise is no jump), or whose last answer was below its region's target (the
+    ///   others had not shrunk yet): so a shift is served within about two reports.
+    ///
+    /// Their demand starts again from `now`.
     pub(crate) fn due(&self, now: Instant) -> Vec<AllocationReport> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let mut due = Vec::new();
         for (key, entry) in table.iter_mut() {
+            if entry.sending {
+                continue;
+            }
+            let held = entry.enforced(now);
+            let (heard_demand, heard_held) = entry.acked.unwrap_or((0, held));
+            // Granted less than the home heard it hold: the home counts the region at the
+            // larger until told, so it is told at once (with the demand it already heard: the
+            // current count goes on to the next report), and the others get the share sooner.
+            if heard_held > held {
+                due.push(entry.report(key, heard_demand, held, now));
+                continue;
+            }
             let elapsed = now.duration_since(entry.since);
-            if entry.sending || entry.demand == 0 || elapsed < entry.every {
+            if elapsed < entry.every / EARLY_SHARE {
                 continue;
             }
             let period_us = u128::from(entry.period_us);
             let elapsed_us = elapsed.as_micros().max(1);
-            let demand = u128::from(entry.demand).saturating_mul(period_us) / elapsed_us;
-            due.push(AllocationReport {
-                rule: entry.rule.clone(),
-                key: key.clone(),
-                terms: entry.terms,
-                demand: u64::try_from(demand).unwrap_or(u64::MAX),
-                held: entry.enforced(now),
-                sent: now,
-            });
+            let demand =
+                u64::try_from(u128::from(entry.demand).saturating_mul(period_us) / elapsed_us)
+                    .unwrap_or(u64::MAX);
+            let on_cycle = elapsed >= entry.every && (entry.demand > 0 || heard_demand > 0);
+            let jumped = entry.demand > 0
+                && demand.abs_diff(heard_demand) >= (entry.terms.limit / JUMP_FLOOR).max(1)
+                && (demand.saturating_mul(2) <= heard_demand
+                    || demand.saturating_mul(2) >= heard_demand.saturating_mul(3));
+            if !(on_cycle || jumped || entry.capped) {
+                continue;
+            }
+            due.push(entry.report(key, demand, held, now));
             entry.demand = 0;
             entry.since = now;
-            entry.sending = true;
         }
         due
     }
 
-    /// The home store's answer to `report`: the allocation, or `None` when it could not
-    /// answer (the key keeps what it had; its lease runs on).
-    pub(crate) fn answered(&self, report: &AllocationReport, allocation: Option<u64>) {
+    /// The home store's answer to `report`, or `None` when it could not answer (the key keeps
+    /// what it had; its lease runs on).
+    pub(crate) fn answered(&self, report: &AllocationReport, answer: Option<Allotment>) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = table.peek_mut(report.key.as_str()) else {
             return;
         };
         entry.sending = false;
-        if let (Some(a), true) = (allocation, entry.terms == report.terms) {
-            entry.answer = Some((a, report.sent));
+        if let (Some(a), true) = (answer, entry.terms == report.terms) {
+            entry.answer = Some((a.allocation, report.sent));
+            entry.acked = Some((report.demand, report.held));
+            entry.capped = a.allocation < entry.terms.target(a.region_demand, a.total_demand);
         }
     }
 

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 
+use rl_core::allocate::Allotment;
 use rl_engine::memory::MemoryStore;
 use rl_engine::metrics::Metrics;
 use rl_engine::{Answer, Engine, Instant, Options, Policy, Request, Step, Verdict, VerdictKind};
@@ -76,6 +77,17 @@ fn decide(engine: &Engine, store: &mut MemoryStore, now: Instant) -> (Verdict, V
     }
 }
 
+/// The home's answer: `allocation`, its region none of the live demand, so its target is the
+/// floor and an answer of the floor or more is no cap.
+fn answer(allocation: u64) -> Allotment {
+    Allotment {
+        allocation,
+        lease_ms: 10_000,
+        region_demand: 0,
+        total_demand: 1,
+    }
+}
+
 fn at(ms: u64) -> Instant {
     Instant::from_micros(1_000_000_000 + ms * 1000)
 }
@@ -129,7 +141,7 @@ fn the_floor_then_the_answer_then_the_smaller_of_it_and_the_safe_share() {
     // One report in flight per key.
     decide(&engine, &mut store, at(2_001));
     assert!(engine.allocation_reports(at(4_500)).is_empty());
-    engine.allocated(report, Some(6_000));
+    engine.allocated(report, Some(answer(6_000)));
     let (_, sent) = decide(&engine, &mut store, at(2_100));
     assert_eq!(limit_sent(&sent).0, 6_000);
     // The lease counts from when the report was sent (2,000): until 12,000.
@@ -154,7 +166,7 @@ fn a_failed_report_keeps_the_allocation_and_the_next_is_due_again() {
     let mut store = MemoryStore::new();
     decide(&engine, &mut store, at(0));
     let first = engine.allocation_reports(at(2_000)).pop().unwrap();
-    engine.allocated(&first, Some(4_000));
+    engine.allocated(&first, Some(answer(4_000)));
     decide(&engine, &mut store, at(2_500));
     let second = engine.allocation_reports(at(4_000)).pop().unwrap();
     assert_eq!(second.held, 4_000);
@@ -167,7 +179,7 @@ fn a_failed_report_keeps_the_allocation_and_the_next_is_due_again() {
     assert!(engine.allocation_reports(at(5_999)).is_empty());
     let third = engine.allocation_reports(at(6_000)).pop().unwrap();
     assert_eq!((third.held, third.demand), (4_000, 0));
-    engine.allocated(&third, Some(5_000));
+    engine.allocated(&third, Some(answer(5_000)));
     // No demand since: nothing to report, and no call to the home.
     assert!(engine.allocation_reports(at(9_000)).is_empty());
 }
@@ -178,7 +190,7 @@ fn an_allocation_of_zero_refuses_without_a_call_and_counts_the_demand() {
     let mut store = MemoryStore::new();
     decide(&engine, &mut store, at(0));
     let report = engine.allocation_reports(at(2_000)).pop().unwrap();
-    engine.allocated(&report, Some(0));
+    engine.allocated(&report, Some(answer(0)));
     let (v, sent) = decide(&engine, &mut store, at(2_001));
     assert_eq!(v.kind, VerdictKind::Refuse);
     assert!(sent.is_empty(), "{sent:?}");
@@ -206,7 +218,7 @@ fn the_burst_is_scaled_with_the_allocation() {
     let mut store = MemoryStore::new();
     decide(&engine, &mut store, at(0));
     let report = engine.allocation_reports(at(2_000)).pop().unwrap();
-    engine.allocated(&report, Some(2_500));
+    engine.allocated(&report, Some(answer(2_500)));
     let (_, sent) = decide(&engine, &mut store, at(2_001));
     assert_eq!(limit_sent(&sent), (2_500, Some(5_000)));
 }
@@ -217,7 +229,7 @@ fn metrics_show_allocation_demand_and_lease_age() {
     let mut store = MemoryStore::new();
     decide(&engine, &mut store, at(0));
     let report = engine.allocation_reports(at(2_000)).pop().unwrap();
-    engine.allocated(&report, Some(6_000));
+    engine.allocated(&report, Some(answer(6_000)));
     decide(&engine, &mut store, at(2_500));
     let text = engine.metrics().render_at(at(3_000));
     for line in [
@@ -297,4 +309,109 @@ fn global_rules_and_regions_are_checked() {
     assert_ne!(without, POLICY);
     let plain = Policy::from_json(&without).unwrap();
     assert!(plain.require_region(None).is_ok());
+}
+
+#[test]
+fn a_jump_in_demand_is_reported_a_quarter_period_after_the_last_report() {
+    let engine = engine();
+    let mut store = MemoryStore::new();
+    // 300 requests in the first 500 ms: 600 a second, where the home heard nothing.
+    for i in 0..300 {
+        decide(&engine, &mut store, at(i));
+    }
+    assert!(engine.allocation_reports(at(499)).is_empty());
+    let first = engine.allocation_reports(at(500)).pop().unwrap();
+    assert_eq!(first.demand, 600);
+    engine.allocated(&first, Some(answer(3_000)));
+    // The same rate for a second: no jump, no report before the cycle's end.
+    for i in 0..600 {
+        decide(&engine, &mut store, at(500 + i * 5 / 3));
+    }
+    assert!(engine.allocation_reports(at(1_500)).is_empty());
+    // Then 1,800 in half a second: 2,400 in 1.5 s, 1,600 a second, reported at once.
+    for i in 0..1_800 {
+        decide(&engine, &mut store, at(1_500 + i * 5 / 18));
+    }
+    let jump = engine.allocation_reports(at(2_000)).pop().unwrap();
+    assert_eq!(jump.demand, 1_600);
+}
+
+#[test]
+fn a_rise_below_a_fiftieth_of_the_limit_is_noise() {
+    let engine = engine();
+    let mut store = MemoryStore::new();
+    // 100 a second where the home heard nothing: less than 200 (a fiftieth of 10,000) apart.
+    for i in 0..50 {
+        decide(&engine, &mut store, at(i * 10));
+    }
+    assert!(engine.allocation_reports(at(500)).is_empty());
+    assert_eq!(
+        engine.allocation_reports(at(2_000)).pop().unwrap().demand,
+        25
+    );
+}
+
+#[test]
+fn an_idle_key_is_reported_until_the_home_heard_it_hold_its_last_grant() {
+    let engine = engine();
+    let mut store = MemoryStore::new();
+    for i in 0..100 {
+        decide(&engine, &mut store, at(i));
+    }
+    let first = engine.allocation_reports(at(2_000)).pop().unwrap();
+    assert_eq!((first.demand, first.held), (50, 150));
+    engine.allocated(&first, Some(answer(4_000)));
+    // No request since: still reported, with no demand and the grant it now holds, since the
+    // home heard demand and a hold of the floor.
+    let idle = engine.allocation_reports(at(4_000)).pop().unwrap();
+    assert_eq!((idle.demand, idle.held), (0, 4_000));
+    // Lost: reported again.
+    engine.allocated(&idle, None);
+    let again = engine.allocation_reports(at(6_000)).pop().unwrap();
+    assert_eq!((again.demand, again.held), (0, 4_000));
+    engine.allocated(&again, Some(answer(150)));
+    // The home heard no demand: one more report says it holds the smaller grant.
+    let last = engine.allocation_reports(at(8_000)).pop().unwrap();
+    assert_eq!((last.demand, last.held), (0, 150));
+    engine.allocated(&last, Some(answer(150)));
+    assert!(engine.allocation_reports(at(10_000)).is_empty());
+    assert!(engine.allocation_reports(at(20_000)).is_empty());
+}
+
+#[test]
+fn a_region_answered_below_its_target_asks_again_a_quarter_period_later() {
+    let engine = engine();
+    let mut store = MemoryStore::new();
+    for i in 0..100 {
+        decide(&engine, &mut store, at(i));
+    }
+    let first = engine.allocation_reports(at(2_000)).pop().unwrap();
+    // All the live demand is this region's: its target is 150 + 8,550; the others' holds
+    // left it 1,150.
+    engine.allocated(
+        &first,
+        Some(Allotment {
+            allocation: 1_150,
+            lease_ms: 10_000,
+            region_demand: 50,
+            total_demand: 50,
+        }),
+    );
+    decide(&engine, &mut store, at(2_100));
+    assert!(engine.allocation_reports(at(2_499)).is_empty());
+    let again = engine.allocation_reports(at(2_500)).pop().unwrap();
+    assert_eq!(again.held, 1_150);
+    // Given its target, it waits for the cycle.
+    engine.allocated(
+        &again,
+        Some(Allotment {
+            allocation: 8_700,
+            lease_ms: 10_000,
+            region_demand: 50,
+            total_demand: 50,
+        }),
+    );
+    decide(&engine, &mut store, at(2_600));
+    assert!(engine.allocation_reports(at(4_499)).is_empty());
+    assert_eq!(engine.allocation_reports(at(4_500)).len(), 1);
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 use redis_rl_client::gateway::now;
+use redis_rl_client::Allotment;
 use redis_rl_client::{Gateway, Rl, RlConnection};
 use rl_engine::AllocationReport;
 use tokio::sync::watch;
@@ -49,7 +50,7 @@ impl<H: RlConnection + 'static> Reporter<H> {
             if reports.is_empty() {
                 continue;
             }
-            let answers: Vec<(AllocationReport, Result<u64, String>)> = stream::iter(reports)
+            let answers: Vec<(AllocationReport, Result<Allotment, String>)> = stream::iter(reports)
                 .map(|report| {
                     let this = Arc::clone(&this);
                     async move {
@@ -89,7 +90,7 @@ impl<H: RlConnection + 'static> Reporter<H> {
     /// One report: the allocation answered, within a fifth of the lease (one `every` by
     /// default). A late answer would still be safe (its lease counts from the sending), but a
     /// report stuck on a dead connection must not hold the next one back.
-    async fn send(&self, report: &AllocationReport) -> Result<u64, String> {
+    async fn send(&self, report: &AllocationReport) -> Result<Allotment, String> {
         let wait = Duration::from_millis((report.terms.lease_ms / 5).max(100));
         let call = self.home.allocate(
             report.key.as_bytes(),
@@ -100,7 +101,7 @@ impl<H: RlConnection + 'static> Reporter<H> {
             report.held,
         );
         match tokio::time::timeout(wait, call).await {
-            Ok(Ok(allotment)) => Ok(allotment.allocation),
+            Ok(Ok(allotment)) => Ok(allotment),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {wait:?}")),
         }

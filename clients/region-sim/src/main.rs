@@ -32,7 +32,17 @@ fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
             )),
         ),
         (
-            "this design",
+            "this design (a jump reported at once, as rl-gateway does)",
+            1,
+            Box::new(Coordinated::new(Home::design(), Reporting::Confirm, 1, seed).early()),
+        ),
+        (
+            "this design, 2 gateways a region",
+            2,
+            Box::new(Coordinated::new(Home::design(), Reporting::Confirm, 2, seed).early()),
+        ),
+        (
+            "this design, reporting on the cycle only",
             1,
             Box::new(Coordinated::new(
                 Home::design(),
@@ -40,35 +50,6 @@ fn contenders(seed: u64) -> Vec<(&'static str, usize, Box<dyn Contender>)> {
                 1,
                 seed,
             )),
-        ),
-        (
-            "this design, 2 gateways a region",
-            2,
-            Box::new(Coordinated::new(
-                Home::design(),
-                Reporting::Confirm,
-                2,
-                seed,
-            )),
-        ),
-        (
-            "this design, a jump in demand reported at once",
-            1,
-            Box::new(Coordinated::new(Home::design(), Reporting::Confirm, 1, seed).early()),
-        ),
-        (
-            "this design, counting what a region held (proposed)",
-            1,
-            Box::new(Coordinated::new(Home::design(), Reporting::Confirm, 1, seed).count_held()),
-        ),
-        (
-            "this design, counting what a region held, a jump reported at once",
-            1,
-            Box::new(
-                Coordinated::new(Home::design(), Reporting::Confirm, 1, seed)
-                    .count_held()
-                    .early(),
-            ),
         ),
         (
             "this design, reporting an idle key once (not until confirmed)",

@@ -3,13 +3,14 @@
 
 use region_sim::contenders::{Coordinated, Fixed, Home, Reporting};
 use region_sim::metrics::RESERVE_UNITS;
-use region_sim::{run, Contender, Kind, Report, Scenario, EVERY_MS};
+use region_sim::{run, Contender, Kind, Report, Scenario, EVERY_MS, LEASE_MS};
 
 const SEED: u64 = 7;
 const SECS: u64 = 30;
 
+/// The design as rl-gateway runs it: a jump in demand reported at once.
 fn design(gateways: usize) -> Coordinated {
-    Coordinated::new(Home::design(), Reporting::Confirm, gateways, SEED)
+    Coordinated::new(Home::design(), Reporting::Confirm, gateways, SEED).early()
 }
 
 fn go(kind: Kind, c: &mut dyn Contender, gateways: usize) -> Report {
@@ -32,15 +33,24 @@ fn the_design_holds_the_bound_and_serves_every_region_in_every_scenario() {
             assert!(r.window_over <= RESERVE_UNITS as i64, "{at}");
             assert!(r.over_run <= 0.01, "{at}");
             // Utilization: the goal, 95 %, wherever demand stays put for longer than it takes
-            // to converge; when it moves every report, what it takes then.
-            let least = if sc.kind == Kind::Swing { 0.85 } else { 0.95 };
+            // to converge; when it moves every report, what it takes then (each flip frees the
+            // shrinking region's share one round trip after its answer: the README's figures).
+            let least = if sc.kind == Kind::Swing { 0.75 } else { 0.95 };
             assert!(r.utilization >= least, "{at}");
             // No region with demand is ever held at nothing, home down or cut off.
             assert_eq!(r.starved_pairs, 0, "{at}");
             // Every shift is followed by every region served within three reports (the goal,
-            // two, is met by one gateway a region in most runs: the README says when not).
+            // two, is met by one gateway a region in most runs: the README says when not);
+            // while a region's answers are lost (one and a half leases), within three reports
+            // of their return: until then the home counts the region at what it says it holds,
+            // its old grant and then its fallback, the safe share.
+            let within = if sc.kind == Kind::LostReplies {
+                3 * LEASE_MS / 2 + 3 * EVERY_MS
+            } else {
+                3 * EVERY_MS
+            };
             for c in &r.converge {
-                assert!(c.is_some_and(|s| s <= 3.0 * EVERY_MS as f64 / 1e3), "{at}");
+                assert!(c.is_some_and(|s| s <= within as f64 / 1e3), "{at}");
             }
         }
     }
@@ -68,22 +78,15 @@ fn the_measures_see_what_the_other_contenders_get_wrong() {
 }
 
 #[test]
-fn a_gateway_reports_an_idle_key_until_the_home_has_seen_it_hold_its_smaller_grant() {
-    // After failover region 0 has no demand. Reporting that once, the home grants it the floor
-    // but, once its lease has run out, cannot know the answer arrived: it counts the silent
-    // region at what it last said it held (up to the safe share) until it is forgotten, and
-    // the region that took the traffic is capped below its share.
-    let served = |reporting| {
-        let mut c = Coordinated::new(Home::design(), reporting, 1, SEED);
-        go(Kind::Failover, &mut c, 1).served
-    };
-    let (confirm, release, demand) = (
-        served(Reporting::Confirm),
-        served(Reporting::Release),
-        served(Reporting::Demand),
-    );
-    assert!(confirm >= 0.85, "{confirm}");
-    assert!(release < 0.75 && demand < 0.75, "{release} {demand}");
+fn a_region_whose_demand_ends_frees_its_share() {
+    // After failover region 0 has no demand. Granted the floor, its gateway tells the home at
+    // once that it holds no more, and once more, with no demand, on its next cycle: the region
+    // that took the traffic gets the share (reporting only keys with demand, the region's stale
+    // demand would keep a part of it for a lease).
+    let mut c = design(1);
+    let r = go(Kind::Failover, &mut c, 1);
+    assert!(r.served >= 0.85, "{r:?}");
+    assert!(r.converge.iter().all(Option::is_some), "{r:?}");
 }
 
 #[test]
@@ -107,21 +110,13 @@ fn a_jump_in_demand_reported_at_once_converges_within_two_reports() {
 }
 
 #[test]
-fn a_lost_answer_lets_the_limits_sum_above_the_limit_unless_the_home_counts_what_was_held() {
+fn a_lost_answer_never_lets_the_limits_sum_above_the_limit() {
     // Region 2's share falls while its answers are lost (its reports arrive): it keeps
-    // enforcing its old grant, the home counts it at the new one and grants region 0 the rest.
-    let mut c = design(1);
-    let r = go(Kind::LostReplies, &mut c, 1);
-    assert!(r.most_enforced.is_some_and(|m| m > 1.1), "{r:?}");
-    assert!(
-        r.excess_units.is_some_and(|e| e > RESERVE_UNITS as f64),
-        "{r:?}"
-    );
-    // Counting a live reporter at the larger of its grant and what it said it held closes it,
-    // here and wherever allocations move.
+    // enforcing its old grant, which it reports holding, and the home counts it at that until
+    // it says it holds less. Here and wherever allocations move, the limits in force never sum
+    // above the limit.
     for kind in [Kind::LostReplies, Kind::Swing, Kind::Flash, Kind::Failover] {
-        let mut c = design(1).count_held().early();
-        let r = go(kind, &mut c, 1);
+        let r = go(kind, &mut design(1), 1);
         assert_eq!(r.most_enforced, Some(1.0), "{kind:?}: {r:?}");
         assert_eq!(r.excess_units, Some(0.0), "{kind:?}: {r:?}");
     }

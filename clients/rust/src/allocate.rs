@@ -8,17 +8,7 @@ use rl_engine::wire::{Args, Reply};
 
 use crate::error::Error;
 
-/// The home's answer to one report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Allotment {
-    /// Units per period the reporter's region may admit on its own store until the lease ends.
-    pub allocation: u64,
-    /// How long `allocation` may be enforced, counted from when the call was sent.
-    pub lease_ms: u64,
-    /// The live demand of the reporter's region, and of all regions, units per period.
-    pub region_demand: u64,
-    pub total_demand: u64,
-}
+pub use rl_core::allocate::Allotment;
 
 /// `RL.ALLOCATE key limit region reporter demand held RESERVE r REGIONS n LEASE <ms>ms`. A
 /// demand above what the command takes (10^12 units per period) is reported as that: it is a

@@ -46,6 +46,7 @@ use crate::table::{Table, TableUse};
 use crate::time::Instant;
 use crate::wire::{Args, Reply};
 use capacities::Capacities;
+use rl_core::allocate::Allotment;
 
 /// The units the backend reports it actually used, for `settle` rules.
 pub const ACTUAL_COST: &str = "x-actual-cost";
@@ -260,10 +261,10 @@ impl Engine {
         self.shared.allocations.due(now)
     }
 
-    /// The home store's answer to `report`: the region's allocation, or `None` when it could
+    /// The home store's answer to `report` (`RL.ALLOCATE`'s reply), or `None` when it could
     /// not answer (the key keeps its allocation until the lease ends).
-    pub fn allocated(&self, report: &AllocationReport, allocation: Option<u64>) {
-        self.shared.allocations.answered(report, allocation);
+    pub fn allocated(&self, report: &AllocationReport, answer: Option<Allotment>) {
+        self.shared.allocations.answered(report, answer);
     }
 
     pub fn policy(&self) -> Arc<Policy> {

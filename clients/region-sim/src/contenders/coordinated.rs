@@ -65,6 +65,9 @@ pub enum Reporting {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Answer {
     grant: u64,
+    /// Below the region's target, read from the answer's demands as rl-gateway reads them:
+    /// the others' holds capped it, and the gateway asks again a quarter of the cycle later.
+    capped: bool,
     sent_ms: u64,
     home_ms: u64,
 }
@@ -104,9 +107,6 @@ pub struct Coordinated {
     /// (the sum's excess integrated over time), and the most of any cycle.
     excess: Vec<f64>,
     most_excess: f64,
-    /// The home counts a live reporter at the larger of its grant and what it said it held (a
-    /// proposed change to `allocate`, simulated by the records it is given).
-    count_held: bool,
     /// Whether a key whose demand jumps is reported at once rather than at the cycle's end.
     early: bool,
     reported: Vec<Option<(u64, u64)>>,
@@ -139,7 +139,6 @@ impl Coordinated {
             most: 0,
             excess: vec![0.0; TENANTS],
             most_excess: 0.0,
-            count_held: false,
             reported: vec![None; n],
             last: vec![None; n],
             keys: fresh(TENANTS * REGIONS),
@@ -153,12 +152,6 @@ impl Coordinated {
     /// The design with another reserve, units per period.
     pub fn reserve(mut self, reserve: u64) -> Coordinated {
         self.terms.reserve = reserve;
-        self
-    }
-
-    /// The home counts a live reporter at the larger of its grant and what it held.
-    pub fn count_held(mut self) -> Coordinated {
-        self.count_held = true;
         self
     }
 
@@ -208,7 +201,14 @@ impl Coordinated {
         }
     }
 
-    fn answer(&mut self, tenant: usize, gw: usize, demand: u64, held: u64, ms: u64) -> Option<u64> {
+    fn answer(
+        &mut self,
+        tenant: usize,
+        gw: usize,
+        demand: u64,
+        held: u64,
+        ms: u64,
+    ) -> Option<(u64, bool)> {
         let region = self.region(gw);
         match &mut self.home {
             Home::Design(records) => {
@@ -219,26 +219,16 @@ impl Coordinated {
                     demand,
                     held,
                 };
-                let a = if self.count_held {
-                    let counted: Vec<Reporter> = records
-                        .iter()
-                        .map(|r| Reporter {
-                            granted: r.granted.max(r.held),
-                            ..r.clone()
-                        })
-                        .collect();
-                    allocate(&self.terms, &report, &counted, ms).ok()?
-                } else {
-                    allocate(&self.terms, &report, records, ms).ok()?
-                };
+                let a = allocate(&self.terms, &report, records, ms).ok()?;
                 records
                     .retain(|r| !a.forgotten.contains(&r.field()) && r.field() != a.record.field());
                 records.push(a.record);
-                Some(a.allocation)
+                let target = self.terms.target(a.region_demand, a.total_demand);
+                Some((a.allocation, a.allocation < target))
             }
             Home::Doorman(stores) => {
                 let has = stores[tenant].decide(LIMIT as f64, gw, demand as f64, ms, LEASE_MS);
-                Some(has as u64)
+                Some((has as u64, false))
             }
         }
     }
@@ -263,9 +253,10 @@ impl Contender for Coordinated {
                     if sc.cut(region, sent_ms, true) || sc.cut(region, ms, true) {
                         continue;
                     }
-                    if let Some(grant) = self.answer(tenant, gw, demand, held, ms) {
+                    if let Some((grant, capped)) = self.answer(tenant, gw, demand, held, ms) {
                         let answer = Answer {
                             grant,
+                            capped,
                             sent_ms,
                             home_ms: ms,
                         };
@@ -277,10 +268,30 @@ impl Contender for Coordinated {
                     if sc.cut(region, answer.home_ms, false) || sc.cut(region, ms, false) {
                         continue;
                     }
-                    let last = &mut self.last[gw * TENANTS + tenant];
+                    let i = gw * TENANTS + tenant;
                     // A late answer to an older report never replaces a newer one.
-                    if last.is_none_or(|l| l.sent_ms < answer.sent_ms) {
-                        *last = Some(answer);
+                    if self.last[i].is_some_and(|l| l.sent_ms >= answer.sent_ms) {
+                        continue;
+                    }
+                    self.last[i] = Some(answer);
+                    // Granted less than it said it held: as rl-gateway does, it tells the home
+                    // at once (with the demand it last reported), which counts it at the larger
+                    // until then.
+                    if let (true, Home::Design(_), Some((demand, held))) =
+                        (self.early, &self.home, self.reported[i])
+                    {
+                        let now_held = self.enforced(gw, tenant, ms);
+                        if now_held < held {
+                            self.reported[i] = Some((demand, now_held));
+                            let msg = Msg::Report {
+                                tenant,
+                                gw,
+                                demand,
+                                held: now_held,
+                                sent_ms: ms,
+                            };
+                            self.send(ms, region, msg);
+                        }
                     }
                 }
             }
@@ -321,11 +332,14 @@ impl Contender for Coordinated {
                         (Reporting::Confirm, Some((d, h))) => d > 0 || h > held,
                     }
                 } else {
-                    // Off the cycle, only a jump: the last quarter's rate half as much again
-                    // as the demand last reported, or half of it (and 20 units a second apart).
+                    // Off the cycle, a jump: the last quarter's rate half as much again as the
+                    // demand last reported, or half of it (and 20 units a second apart); or a
+                    // grant smaller than the hold last reported, so the home hears at once that
+                    // the region holds less and frees its share for the others.
                     let rate = recent * PERIOD_MS / quarter;
                     let last = self.reported[i].map_or(0, |(d, _)| d);
-                    self.early && rate.abs_diff(last) >= (last / 2).max(20)
+                    let capped = self.last[i].is_some_and(|a| a.capped);
+                    self.early && (rate.abs_diff(last) >= (last / 2).max(20) || capped)
                 };
                 if !report {
                     continue;

@@ -61,6 +61,11 @@ fn changes_counted(server: &Server) -> i64 {
         .arg("lua")
         .query(&mut c)
         .expect("EVAL");
+    // Two hash commands on the key (HSET, PEXPIREAT), each with its effect.
+    let _: Value = cmd("RL.ALLOCATE")
+        .arg(&["alloc", "100", "eu", "g1", "5", "0"])
+        .query(&mut c)
+        .expect("RL.ALLOCATE");
     let mut pipe = redis::pipe();
     pipe.atomic();
     pipe.cmd("RL.ADMIT").arg(&["t1", "5", "1h"]);
@@ -86,8 +91,9 @@ fn skipped_effects_still_count_as_changes() {
         skipped, built,
         "the same changes with and without a replica"
     );
-    // n1, n3, the RL.MULTI, the acquire, the release (a DEL), the script, two in MULTI/EXEC.
-    assert_eq!(built, 8);
+    // n1, n3, the RL.MULTI, the acquire, the release (a DEL), the script, two in MULTI/EXEC,
+    // and the allocation's two hash commands and their two effects.
+    assert_eq!(built, 12);
     wait_for_sync(&primary, &replica);
 }
 

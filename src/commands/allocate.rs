@@ -138,6 +138,10 @@ fn write(
         }
         if replicate {
             replicate_one(ctx, command_name, args);
+        } else {
+            // A replicated effect counts one change (`server.dirty`), which the save points
+            // read: a skipped one counts it too.
+            skip_effects::count_change(ctx);
         }
     }
     Ok(())

@@ -98,7 +98,7 @@ fn the_worked_numbers_through_the_command() {
         [150, 10000, 0, 9000]
     );
     let after = server_ms(&mut c);
-    // A second gateway of eu adds to its region's demand; its region's grant is what it gets.
+    // Each reporter's record: its demand, when it was seen, its grant and what it held.
     let recs = records(&mut c, k);
     let fields: Vec<&str> = recs.iter().map(|(f, _)| f.as_str()).collect();
     assert_eq!(fields, ["ap g1", "eu g1", "us g1"]);
@@ -112,16 +112,9 @@ fn the_worked_numbers_through_the_command() {
     // The key lives ten leases after its last report.
     let last = recs.iter().map(|(_, r)| r[1]).max().unwrap();
     assert_eq!(pexpiretime(&mut c, k), (last + 100_000) as i64);
-    let v: Vec<i64> = redis::from_redis_value(
-        &module_call(
-            &mut c,
-            &words(&format!("RL.ALLOCATE {k} 10000 eu g2 3000 0 {TERMS}")),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    // eu's live demand is now 9,000 of 12,000, and the grant is capped by us's 3,000 and ap's
-    // floor.
+    let v = allocate(&mut c, k, "eu g2 3000 0", "");
+    // A second gateway of eu adds to its region's demand: eu's live demand is now 9,000 of
+    // 12,000, below the cap that us's 3,000 and ap's floor leave.
     assert_eq!(v, [150 + 8550 * 9000 / 12000, 10000, 9000, 12000]);
     assert_eq!(v[0], 6562);
 }

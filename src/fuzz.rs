@@ -4,7 +4,9 @@
 
 use proptest::prelude::*;
 
+use crate::core::allocate::Reporter;
 use crate::core::request::admit::parse_admit;
+use crate::core::request::allocate::parse_allocate;
 use crate::core::request::grant::parse_grant;
 use crate::core::request::lease::{parse_acquire, parse_leaseset, parse_release, parse_renew};
 use crate::core::request::multi::parse_multi;
@@ -26,6 +28,9 @@ fn word() -> impl Strategy<Value = Vec<u8>> {
         "TTL",
         "RULE",
         "ID",
+        "REGIONS",
+        "LEASE",
+        "eu",
         "gcra",
         "bucket",
         "window",
@@ -63,6 +68,10 @@ proptest! {
         let _ = parse_leaseset(&args);
         let _ = parse_settle(&args);
         let _ = parse_multi(&args);
+        let _ = parse_allocate(&args);
+        if let [field, value, ..] = args.as_slice() {
+            let _ = Reporter::decode(field, value);
+        }
         if let Some(first) = args.first() {
             let _ = from_redis_cell(first, crate::core::rule::Rule::new(
                 crate::core::rule::Algo::Gcra, 1, 1_000_000, None).unwrap());

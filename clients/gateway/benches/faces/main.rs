@@ -50,8 +50,9 @@ use std::time::{Duration, Instant};
 use common::{cmd, Server};
 use parts::{hot_key, proxy, rls, rls_hot, rls_stall};
 use procs::{
-    clock_ticks_per_second, cpu_ticks, machine_busy_ticks, probe_main, probe_stalls, scratch,
-    set_affinity, start_gateway, start_nginx, start_upstream, upstream_main, Pinning, Servers,
+    clock_ticks_per_second, cpu_ticks, global_policy, machine_busy_ticks, policy, probe_main,
+    probe_stalls, scratch, set_affinity, start_gateway, start_nginx, start_upstream, upstream_main,
+    Pinning, Servers,
 };
 
 mod load;
@@ -112,18 +113,39 @@ fn main() {
     let dir = scratch("faces");
     let (upstream_proc, upstream) = start_upstream(&pin);
     let (nginx_proc, nginx) = start_nginx(&pin, upstream, &dir.join("nginx").tap_mkdir());
+    let redis_url = format!("redis://127.0.0.1:{}", server.port);
     let (gw_mem, mem) = start_gateway(
         &pin,
-        "memory://",
+        ("memory://", &policy(), &[]),
         upstream,
         &dir.join("memory").tap_mkdir(),
         "gateway.log",
     );
     let (gw_redis, red) = start_gateway(
         &pin,
-        &format!("redis://127.0.0.1:{}", server.port),
+        (&redis_url, &policy(), &[]),
         upstream,
         &dir.join("redis").tap_mkdir(),
+        "gateway.log",
+    );
+    // A region's gateway: its home is the same server (what a request costs does not depend on
+    // where the home is: no request waits for it).
+    let (gw_global, global) = start_gateway(
+        &pin,
+        (
+            &redis_url,
+            &global_policy(),
+            &[
+                "--region",
+                "eu",
+                "--home",
+                &redis_url,
+                "--reporter",
+                "bench",
+            ],
+        ),
+        upstream,
+        &dir.join("global").tap_mkdir(),
         "gateway.log",
     );
     let servers = Servers(vec![
@@ -131,6 +153,7 @@ fn main() {
         ("nginx", nginx_proc.child.id()),
         ("rl-gateway `memory://`", gw_mem.child.id()),
         ("rl-gateway Redis", gw_redis.child.id()),
+        ("rl-gateway Redis, global rule", gw_global.child.id()),
         ("Redis", server.pid().expect("the server runs")),
     ]);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
@@ -168,6 +191,7 @@ fn main() {
             ("rl-gateway, a route with no rule", mem.proxy, "/free"),
             ("rl-gateway, `memory://`", mem.proxy, "/x"),
             ("rl-gateway, Redis", red.proxy, "/x"),
+            ("rl-gateway, Redis, the rule global", global.proxy, "/x"),
         ];
         if part("proxy") {
             proxy(
@@ -222,7 +246,7 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    drop((upstream_proc, nginx_proc, gw_mem, gw_redis));
+    drop((upstream_proc, nginx_proc, gw_mem, gw_redis, gw_global));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -340,6 +340,23 @@ pub(crate) fn policy() -> String {
     .to_string()
 }
 
+/// The same route as `/x` with its rule shared across regions (section 15): the gateway
+/// enforces its region's allocation and reports to a home store off the request path.
+pub(crate) fn global_policy() -> String {
+    serde_json::json!({
+        "version": 1,
+        "regions": ["eu", "us"],
+        "identity": {"user": "x-user"},
+        "rules": {
+            "user": {"key": "bench:g:${user}", "limit": 1_000_000_000u64, "period": "1s",
+                     "global": {"reserve": 0.1, "every": "2s"}}
+        },
+        "routes": [{"method": "GET", "path": "/x", "rules": ["user"]}],
+        "default": {"rules": []}
+    })
+    .to_string()
+}
+
 /// Five descriptor keys, each its own limit no request reaches.
 pub(crate) fn rls_config() -> String {
     let mut yaml = String::from("domain: bench\ndescriptors:\n");
@@ -363,14 +380,15 @@ pub(crate) struct Faces {
     pub(crate) admin: SocketAddr,
 }
 
+/// rl-gateway on `store` with `policy`, and `extra` flags.
 pub(crate) fn start_gateway(
     pin: &Pinning,
-    store: &str,
+    (store, policy, extra): (&str, &str, &[&str]),
     upstream: SocketAddr,
     dir: &Path,
     log: &str,
 ) -> (Proc, Faces) {
-    std::fs::write(dir.join("policy.json"), policy()).expect("policy.json");
+    std::fs::write(dir.join("policy.json"), policy).expect("policy.json");
     std::fs::write(dir.join("rls.yaml"), rls_config()).expect("rls.yaml");
     let stderr = std::fs::File::create(dir.join(log)).expect("a log file");
     let child = pin
@@ -387,6 +405,7 @@ pub(crate) fn start_gateway(
             "--rls-config",
         ])
         .arg(dir.join("rls.yaml"))
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)

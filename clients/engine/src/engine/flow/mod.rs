@@ -2,7 +2,8 @@
 //! waits for the answers before the next: grant rules (from local chunks, refilled with
 //! `RL.GRANT`), semaphores (`RL.ACQUIRE`, in route order, stopping at the first refusal),
 //! `settle` rules (`RL.ADMIT ... RESERVE id`), one `RL.MULTI` for the other rate rules, the
-//! shadow rules, and after an admission the `WAIT` of `durable` rules.
+//! shadow rules, and after an admission the `WAIT` of `durable` rules. Keyed checks refused
+//! before any call skip them all for one step: their other rules only asked.
 
 mod answers;
 mod begin;

@@ -96,7 +96,12 @@ impl Shared {
                     now,
                 );
             }
-            self.count(ctx, *i, before.map_or(Outcome::Refuse, Before::outcome), &mut log);
+            self.count(
+                ctx,
+                *i,
+                before.map_or(Outcome::Refuse, Before::outcome),
+                &mut log,
+            );
         }
         // A shadow semaphore found full before the refusal still would have refused.
         self.shadows(ctx, answer, &mut log);

@@ -189,8 +189,6 @@ impl Outcomes {
     /// Whether the request was refused before any call: it stays refused whatever its other
     /// rules' calls answer, or fail to.
     pub(crate) fn refused_before(&self) -> bool {
-        self.refused
-            .iter()
-            .any(|(i, _)| self.before(*i).is_some())
+        self.refused.iter().any(|(i, _)| self.before(*i).is_some())
     }
 }

@@ -236,10 +236,14 @@ fn resolve(
     let Some(found) = tree::lookup(&config.root, &d.entries) else {
         return Ok(None);
     };
-    let key = found.limit.rate.zip(found.limit.rule.clone()).map(|(rate, rule)| {
-        let key = tree::store_key(&config.domain, &found.path, rate.algo.name());
-        (key, rate, rule)
-    });
+    let key = found
+        .limit
+        .rate
+        .zip(found.limit.rule.clone())
+        .map(|(rate, rule)| {
+            let key = tree::store_key(&config.domain, &found.path, rate.algo.name());
+            (key, rate, rule)
+        });
     Ok(Some(Resolved {
         limit: Arc::clone(found.limit),
         key,

@@ -246,11 +246,19 @@ async fn refused_before_any_call_the_others_are_only_asked_in_one_decision() {
     assert_eq!(codes(&r), [(Code::Ok, 9), (Code::OverLimit, 0)]);
     assert_eq!(store_calls(&mut c) - before, 1, "one ask of the tenant");
     let text = s.metrics.render();
-    let cached = r#"rl_gateway_decisions_total{route="rls:shop",rule="checkout",outcome="refuse_cached"} 1"#;
+    let cached =
+        r#"rl_gateway_decisions_total{route="rls:shop",rule="checkout",outcome="refuse_cached"} 1"#;
     assert!(text.contains(cached), "{cached} not in\n{text}");
-    assert_eq!(admitted(&s), 1, "only the first request admitted the tenant");
+    assert_eq!(
+        admitted(&s),
+        1,
+        "only the first request admitted the tenant"
+    );
     // Nothing was spent: the tenant still holds 9.
-    assert_eq!(codes(&s.ok(request("shop", &[t], 9)).await), [(Code::Ok, 0)]);
+    assert_eq!(
+        codes(&s.ok(request("shop", &[t], 9)).await),
+        [(Code::Ok, 0)]
+    );
 }
 
 #[tokio::test]

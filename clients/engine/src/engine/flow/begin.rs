@@ -302,8 +302,8 @@ impl Pending {
             .into_iter()
             .map(|c| {
                 let cost = c.cost.max(1);
-                let blocked = c.blocked
-                    || matches!(&c.rule.kind, RuleKind::Rate(r) if cost > r.rule.burst());
+                let blocked =
+                    c.blocked || matches!(&c.rule.kind, RuleKind::Rate(r) if cost > r.rule.burst());
                 let keyed = Keyed {
                     refuse: blocked.then(|| Refusal {
                         wait_ms: blocked_wait(&c.rule, now),

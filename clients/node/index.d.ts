@@ -225,11 +225,13 @@ export interface GatewayDecision {
   done?(): Promise<void>;
 }
 /** A keyed check: a rule of the policy in force by name, the key it counts on, the units it
- * takes (default 1; 0 only asks whether one unit would pass). */
+ * takes (default 1; 0 only asks whether one unit would pass), and whether no request passes it
+ * (`blocked`, a limit of 0: refused without a store call, the other checks then only asked). */
 export interface GatewayCheck {
   rule: string;
   key: Bytes;
   cost?: number;
+  blocked?: boolean;
 }
 /** What one keyed check decided (for a shadow rule: what it would have decided). */
 export interface GatewayCheckOutcome {
@@ -239,7 +241,7 @@ export interface GatewayCheckOutcome {
   resetAfterMs?: number;
   /** When over: when the same request would pass. */
   retryAfterMs?: number;
-  source: 'store' | 'chunk' | 'cache' | 'fallback' | 'open';
+  source: 'store' | 'chunk' | 'cache' | 'blocked' | 'fallback' | 'open';
 }
 export interface GatewayCheckDecision extends GatewayDecision {
   /** Each check's outcome, in the order given. */

@@ -331,6 +331,7 @@ impl Run {
                     .ok_or("a check without a key")?
                     .to_string(),
                 cost: item["cost"].as_u64().unwrap_or(1),
+                blocked: item["blocked"].as_bool().unwrap_or(false),
             });
         }
         let (mut pending, first) = self.engine.check(route, checks, self.now());

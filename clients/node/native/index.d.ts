@@ -142,6 +142,11 @@ export interface CheckIn {
   rule: string
   key: string | Buffer
   cost?: number
+  /**
+   * No request passes it (a limit of 0): refused without a store call, the other checks
+   * then only asked. False when not given.
+   */
+  blocked?: boolean
 }
 
 /** What one keyed check decided (for a shadow rule: what it would have decided). */
@@ -153,8 +158,9 @@ export interface CheckOut {
   /** When over: when the same request would pass. */
   retryAfterMs?: number
   /**
-   * `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback` (the
-   * posture's local limiter) or `open` (not asked).
+   * `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `blocked` (no
+   * request can pass the check: refused without a call), `fallback` (the posture's local
+   * limiter) or `open` (not asked).
    */
   source: string
 }

@@ -49,6 +49,17 @@ describe('Engine.check', () => {
     assert.deepEqual(read(lacking), [[false, null, 'open']]);
   });
 
+  test('a blocked check is refused without a call; the other is only asked', () => {
+    const run = setup();
+    const checks = [{ rule: 'user', key: 'rls:u4', blocked: true }, { rule: 'tenant', key: 'rls:t4' }];
+    const first = run.e.check('rls:api', checks, NOW).first();
+    assert.deepEqual(first.calls.map((c) => [c.args[0], c.args.includes('DRYRUN')]), [['RL.ADMIT', true]]);
+    const refused = decide(run, checks);
+    assert.equal(refused.status, 429);
+    assert.deepEqual(read(refused), [[true, 0, 'blocked'], [false, 10, 'store']]);
+    assert.deepEqual(read(decide(run, [{ rule: 'user', key: 'rls:u4', blocked: false }])), [[false, 2, 'store']]);
+  });
+
   test('a bad check throws, naming it, and nothing is decided', () => {
     const run = setup();
     for (const [checks, message] of [

@@ -231,7 +231,7 @@ class Run {
 
   // Keyed checks under a route, each naming a rule of the policy.
   check(c, step) {
-    const items = c.items.map((i) => ({ rule: i.rule, key: i.key, cost: i.cost ?? 1 }));
+    const items = c.items.map((i) => ({ rule: i.rule, key: i.key, cost: i.cost ?? 1, blocked: i.blocked }));
     const pending = this.engine.check(c.route, items, this.now);
     const script = new Script(step.store);
     const verdict = this.drive(pending, pending.first(), script);

@@ -113,14 +113,17 @@ class CheckOutcome:
         """When over: when the same request would pass."""
     @property
     def source(self) -> str:
-        """`store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback`
-        (the posture's local limiter) or `open` (not asked)."""
+        """`store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `blocked`
+        (no request can pass the check: refused without a call), `fallback` (the posture's
+        local limiter) or `open` (not asked)."""
 
 Step = Union[Calls, Wait, Verdict]
 
-# A keyed check: (rule, key) or (rule, key, cost), or a dict with "rule", "key" and "cost".
+# A keyed check: (rule, key) or (rule, key, cost), or a dict with "rule", "key", "cost" and
+# "blocked" (True: no request passes it, as a limit of 0; refused without a store call, the
+# other checks then only asked).
 Check = Union[Tuple[str, Union[str, bytes]], Tuple[str, Union[str, bytes], int],
-              Dict[str, Union[str, bytes, int]]]
+              Dict[str, Union[str, bytes, int, bool]]]
 
 class Holdings:
     """What an admitted request holds; each method gives the calls to send."""

@@ -61,6 +61,18 @@ def test_a_cost_of_zero_only_asks():
     assert _read(_decide(eng, store, [("user", "rls:u2")])) == [(False, 2, "store")]
 
 
+def test_a_blocked_check_is_refused_without_a_call_and_the_other_only_asked():
+    eng, store = _engine(), engine.MemoryStore()
+    checks = [{"rule": "user", "key": "rls:u4", "blocked": True}, ("tenant", "rls:t4")]
+    pending, step = eng.check("rls:api", checks, NOW)
+    assert [c.args[0] for c in step.calls] == [b"RL.ADMIT"] and b"DRYRUN" in step.calls[0].args
+    refused = _decide(eng, store, checks)
+    assert (refused.status, refused.kind) == (429, "refuse")
+    assert _read(refused) == [(True, 0, "blocked"), (False, 10, "store")]
+    assert _read(_decide(eng, store, [{"rule": "user", "key": "rls:u4", "blocked": False}])) \
+        == [(False, 2, "store")]
+
+
 @pytest.mark.parametrize("checks,error,text", [
     ([("user", "rls:u3"), ("nobody", "rls:x")], ValueError,
      "check 1: no rule named \"nobody\" in the policy in force (version 3)"),
@@ -73,6 +85,7 @@ def test_a_cost_of_zero_only_asks():
     (["user"], TypeError, "check 0: a (rule, key, cost) tuple or a {rule, key, cost} dict"),
     ([(1, "rls:u3")], TypeError, "check 0: the rule is named by a str"),
     ([("user", 7)], TypeError, "check 0: the key is str or bytes, not int"),
+    ([{"rule": "user", "key": "rls:u3", "blocked": 1}], TypeError, "check 0: blocked is a bool"),
 ])
 def test_a_bad_check_is_refused_and_nothing_is_decided(checks, error, text):
     eng, store = _engine(), engine.MemoryStore()

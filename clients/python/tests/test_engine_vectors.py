@@ -317,7 +317,9 @@ class Run:
 
     def check(self, c, step):
         """Keyed checks under a route, each naming a rule of the policy."""
-        items = [(i["rule"], i["key"], i.get("cost", 1)) for i in c["items"]]
+        items = [{"rule": i["rule"], "key": i["key"], "cost": i.get("cost", 1),
+                  "blocked": i["blocked"]} if "blocked" in i
+                 else (i["rule"], i["key"], i.get("cost", 1)) for i in c["items"]]
         pending, first = self.engine.check(c["route"], items, self.now)
         script = Script(step.get("store"))
         verdict = self.drive(pending, first, script)

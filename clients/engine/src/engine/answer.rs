@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::checks::{self, CheckOutcome, CheckSource};
-use super::ctx::{Ctx, Outcomes};
+use super::ctx::{Before, Ctx, Outcomes, Refusal};
 use super::verdict::{LogLevel, LogRecord, Verdict, VerdictKind};
 use super::{Shared, RETRY_AFTER};
 use crate::headers::{self, HeaderOutcome, HeaderRule};
@@ -16,42 +16,46 @@ use crate::time::{millis, Instant};
 use crate::wire::Error;
 
 impl Shared {
-    /// Refuses locally when the negative cache holds a recent refusal of one of the rules.
-    pub(crate) fn refuse_cached(&self, ctx: &Ctx, now: Instant) -> Option<Verdict> {
-        let waits: Vec<(usize, u64)> = ctx
-            .keyed
+    /// The rules refused before any call (shadow rules apart): those refused as they were
+    /// keyed ([`Keyed::refuse`](super::ctx::Keyed)), and those whose key the negative cache
+    /// holds refused.
+    pub(crate) fn refused_before(&self, ctx: &Ctx, now: Instant) -> Vec<(usize, Refusal)> {
+        ctx.keyed
             .iter()
             .enumerate()
             .filter(|(_, k)| !k.rule.shadow)
             .filter_map(|(i, k)| {
-                if let Some(wait_ms) = k.refuse {
-                    return Some((i, wait_ms));
+                if let Some(refusal) = k.refuse {
+                    return Some((i, refusal));
                 }
                 let wait = self.cache.check(&k.rule.name, &k.key, k.cost(), now)?;
-                Some((i, millis(wait).max(1)))
+                let refusal = Refusal {
+                    wait_ms: millis(wait).max(1),
+                    by: Before::Cache,
+                };
+                Some((i, refusal))
             })
-            .collect();
-        if waits.is_empty() {
+            .collect()
+    }
+
+    /// Refuses an HTTP request without any call when one of its rules is refused before any
+    /// (see [`Shared::refused_before`]).
+    pub(crate) fn refuse_cached(&self, ctx: &Ctx, now: Instant) -> Option<Verdict> {
+        let refusals = self.refused_before(ctx, now);
+        if refusals.is_empty() {
             return None;
         }
         let mut log = Vec::new();
-        for (i, _) in &waits {
-            self.count(ctx, *i, Outcome::RefuseCached, &mut log);
+        for (i, refusal) in &refusals {
+            self.count(ctx, *i, refusal.by.outcome(), &mut log);
         }
+        let waits: Vec<(usize, u64)> = refusals.iter().map(|(i, r)| (*i, r.wait_ms)).collect();
         let outcomes: Vec<(usize, HeaderOutcome)> = waits
             .iter()
             .map(|(i, wait)| (*i, HeaderOutcome::refused(*wait)))
             .collect();
         let mut verdict = self.too_many(ctx, &waits, &outcomes, Outcome::RefuseCached);
         verdict.log = log;
-        if ctx.checks {
-            verdict.checks = (0..ctx.keyed.len())
-                .map(|i| match outcomes.iter().find(|(r, _)| *r == i) {
-                    Some((_, o)) => CheckOutcome::of(o, CheckSource::Cache),
-                    None => CheckOutcome::open(),
-                })
-                .collect();
-        }
         Some(verdict)
     }
 
@@ -74,13 +78,15 @@ impl Shared {
     pub(crate) fn refused(&self, ctx: &Ctx, answer: &Outcomes, now: Instant) -> Verdict {
         let mut log = Vec::new();
         for (i, retry_ms) in &answer.refused {
+            let before = answer.before(*i);
             // A semaphore's slot can be released any moment, long before its `retry_after`:
-            // only rate refusals are cached.
+            // only rate refusals are cached (once: a refusal before any call is not the
+            // store's).
             let cacheable = ctx
                 .keyed
                 .get(*i)
                 .filter(|k| matches!(k.rule.kind, RuleKind::Rate(_)))
-                .filter(|_| !answer.uncached.contains(i));
+                .filter(|_| !answer.uncached.contains(i) && before.is_none());
             if let Some(k) = cacheable {
                 self.cache.refused(
                     &k.rule.name,
@@ -90,11 +96,26 @@ impl Shared {
                     now,
                 );
             }
-            self.count(ctx, *i, Outcome::Refuse, &mut log);
+            self.count(
+                ctx,
+                *i,
+                before.map_or(Outcome::Refuse, Before::outcome),
+                &mut log,
+            );
         }
         // A shadow semaphore found full before the refusal still would have refused.
         self.shadows(ctx, answer, &mut log);
-        let mut verdict = self.too_many(ctx, &answer.refused, &answer.outcomes, Outcome::Refuse);
+        // Refused from the negative cache when every refusing rule was.
+        let outcome = if answer
+            .refused
+            .iter()
+            .all(|(i, _)| answer.before(*i).map(Before::outcome) == Some(Outcome::RefuseCached))
+        {
+            Outcome::RefuseCached
+        } else {
+            Outcome::Refuse
+        };
+        let mut verdict = self.too_many(ctx, &answer.refused, &answer.outcomes, outcome);
         verdict.log = log;
         verdict.checks = checks::outcomes(ctx, answer);
         verdict
@@ -337,6 +358,12 @@ impl Shared {
                 outcomes.push(CheckOutcome::open());
                 continue;
             };
+            // A blocked shadow check (the others end the request before any call).
+            if let Some(refusal) = k.refuse {
+                let refused = HeaderOutcome::refused(refusal.wait_ms);
+                outcomes.push(CheckOutcome::of(&refused, CheckSource::Blocked));
+                continue;
+            }
             let table = format!("{}\u{0}{}", ctx.route.name(), k.rule.name);
             let decided = self.fallback(&table, rate.rule).decide(
                 &k.store_key(),

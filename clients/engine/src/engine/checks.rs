@@ -3,10 +3,15 @@
 //! keys rendered and the units they take, and the engine decides them as it decides a route's
 //! rules: the negative cache, the breaker and its ramp, chunks for `grant` rules, all or
 //! nothing in one `RL.MULTI`, shadow rules, the posture and the decision records.
+//!
+//! A check refused before any call (one no request can pass, a key the negative cache holds
+//! refused, a global rule its allocation cannot pass) refuses the request; the other checks are
+//! then asked without spending (`DRYRUN`, one step), so that each outcome still says what its
+//! key holds, as the Envoy reference service's statuses do.
 
 use std::sync::Arc;
 
-use super::ctx::{Ctx, Outcomes};
+use super::ctx::{Before, Ctx, Outcomes};
 use crate::headers::HeaderOutcome;
 use crate::policy::RuleSpec;
 
@@ -18,6 +23,28 @@ pub struct Check {
     /// Units to spend. 0 spends nothing: the rule is only asked whether one unit would pass
     /// now (Envoy's `hits_addend: 0`), and a refusal of that refuses the request.
     pub cost: u64,
+    /// No request passes this check, whatever its key holds: a limit of 0 (Envoy's
+    /// `requests_per_unit: 0`), which no rule can state, is a check of a rule with the same
+    /// name, algorithm and period and any limit, `blocked`. The engine refuses it without a store
+    /// call ([`CheckSource::Blocked`]: nothing remaining, reset and retry at the end of the
+    /// current window of the rule's period, or after a semaphore's lease), counted `refuse`, and
+    /// the request's other checks are only asked; a blocked shadow check would refuse, and
+    /// refuses nothing. A cost above the rule's capacity, which the module refuses to decide, is
+    /// blocked without this.
+    pub blocked: bool,
+}
+
+impl Check {
+    /// A check of `cost` units of `rule` on `key`, not blocked (`Check { blocked: true,
+    /// ..Check::new(rule, key, cost) }` is one that is).
+    pub fn new(rule: Arc<RuleSpec>, key: String, cost: u64) -> Check {
+        Check {
+            rule,
+            key,
+            cost,
+            blocked: false,
+        }
+    }
 }
 
 /// Where a check's outcome came from.
@@ -29,6 +56,9 @@ pub enum CheckSource {
     Chunk,
     /// The negative cache: refused without a store call.
     Cache,
+    /// This engine, without a store call: no request can pass the check ([`Check::blocked`],
+    /// or a cost above its rule's capacity).
+    Blocked,
     /// The local fallback limiter of the posture `fallback`.
     Fallback,
     /// Nobody: the rule was not asked (the store could not answer and the posture let the
@@ -91,7 +121,12 @@ pub(crate) fn outcomes(ctx: &Ctx, answer: &Outcomes) -> Vec<CheckOutcome> {
         .enumerate()
         .map(|(i, k)| {
             if let Some((_, o)) = answer.outcomes.iter().find(|(r, _)| *r == i) {
-                let mut out = CheckOutcome::of(o, CheckSource::Store);
+                let source = match answer.before(i) {
+                    None => CheckSource::Store,
+                    Some(Before::Cache | Before::Allocation) => CheckSource::Cache,
+                    Some(Before::Blocked) => CheckSource::Blocked,
+                };
+                let mut out = CheckOutcome::of(o, source);
                 if let Some(ms) = refused(i) {
                     out.over = true;
                     out.retry_after_ms = Some(ms);

@@ -19,9 +19,37 @@ pub(crate) struct Keyed {
     /// Whether the request spends them; when not, the rule is only asked whether `cost` units
     /// would pass (a check with `hits_addend: 0`), apart from and before the spending calls.
     pub(crate) spend: bool,
-    /// Refused before any call, retried after this many ms: a global rule whose allocation
-    /// cannot pass the request until the next one (section 15).
-    pub(crate) refuse: Option<u64>,
+    /// Refused before any call: retried after `wait_ms`, for the reason it says.
+    pub(crate) refuse: Option<Refusal>,
+}
+
+/// A rule refused before any call, and when the same request could pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) wait_ms: u64,
+    pub(crate) by: Before,
+}
+
+/// Why a rule is refused before any call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Before {
+    /// The negative cache holds a recent refusal of its key for this cost.
+    Cache,
+    /// A global rule whose allocation cannot pass the request until the next one (section 15);
+    /// counted and reported as the negative cache's refusals are.
+    Allocation,
+    /// No request can pass it: a blocked check, or a cost above its rule's capacity.
+    Blocked,
+}
+
+impl Before {
+    /// How the refusal is counted.
+    pub(crate) fn outcome(self) -> Outcome {
+        match self {
+            Before::Cache | Before::Allocation => Outcome::RefuseCached,
+            Before::Blocked => Outcome::Refuse,
+        }
+    }
 }
 
 impl Keyed {
@@ -48,7 +76,12 @@ impl Keyed {
         }
         match allocations.enforce(&self.rule, &self.key, self.cost, now) {
             Enforce::Rule(rule) => self.rule = rule,
-            Enforce::Refuse(wait_ms) => self.refuse = Some(wait_ms),
+            Enforce::Refuse(wait_ms) => {
+                self.refuse = Some(Refusal {
+                    wait_ms,
+                    by: Before::Allocation,
+                })
+            }
         }
         self
     }
@@ -69,9 +102,13 @@ impl Keyed {
         }
     }
 
-    /// Asked alone, without spending, before the calls that spend.
+    /// Asked alone, without spending, before the calls that spend (or instead of them, when
+    /// another rule was refused before any call); a rule refused before any call is not.
     pub(crate) fn asks(&self) -> bool {
-        !self.spend && !self.rule.shadow && matches!(self.rule.kind, RuleKind::Rate(_))
+        !self.spend
+            && !self.rule.shadow
+            && self.refuse.is_none()
+            && matches!(self.rule.kind, RuleKind::Rate(_))
     }
 
     /// The key the store is asked about: a shadow rule's lives in its own namespace.
@@ -135,4 +172,23 @@ pub(crate) struct Outcomes {
     /// Keyed checks only: the slots acquired and reservations made, which stay taken only when
     /// the request is admitted (a refusal releases and refunds them).
     pub(crate) taken: Vec<usize>,
+    /// Keyed checks only: the rules refused before any call (in `refused`, or for a shadow rule
+    /// in `shadow_refused`), and why.
+    pub(crate) before: Vec<(usize, Before)>,
+}
+
+impl Outcomes {
+    /// Why rule `index` was refused before any call, if it was.
+    pub(crate) fn before(&self, index: usize) -> Option<Before> {
+        self.before
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, by)| *by)
+    }
+
+    /// Whether the request was refused before any call: it stays refused whatever its other
+    /// rules' calls answer, or fail to.
+    pub(crate) fn refused_before(&self) -> bool {
+        self.refused.iter().any(|(i, _)| self.before(*i).is_some())
+    }
 }

@@ -404,9 +404,9 @@ fn limit(raw: RawRateLimit, path: &str, key_path: &str, shadow: bool) -> Result<
             &at,
         )?)
     };
-    // The engine's rule for the rate; none for `requests_per_unit: 0`, which no request
-    // passes (decided without the store).
-    let rule = match rate.filter(|r| r.requests_per_unit > 0) {
+    // The engine's rule for the rate (for `requests_per_unit: 0`, one whose checks are
+    // blocked: see `Rate::rule`).
+    let rule = match rate {
         Some(r) => Some(Arc::new(
             r.rule(&label, shadow)
                 .map_err(|e| invalid(&at("requests_per_unit"), &e))?,

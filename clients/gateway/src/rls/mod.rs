@@ -10,10 +10,13 @@
 //!   together).
 //! - Limits count on fixed windows of one unit by default (the reference's semantics); the
 //!   extensions `algorithm` and `burst` choose another of the module's algorithms.
-//! - The face translates; the engine decides (`redis_rl_client::Gateway::check`), as it
-//!   decides an HTTP route's rules: the negative cache refuses an over-limit descriptor without
-//!   a store call, the breaker stops calling a store that keeps failing (and ramps back), and
-//!   decision records say why a request was refused.
+//! - The face translates; the engine decides (`redis_rl_client::Gateway::check`, one call per
+//!   request), as it decides an HTTP route's rules: a descriptor no request can pass
+//!   (`requests_per_unit: 0`, or a cost above its capacity) and one the negative cache holds
+//!   over its limit are refused without a store call of their own, the request's other
+//!   descriptors then only asked (one `DRYRUN` step) so that each status says what its key
+//!   holds; the breaker stops calling a store that keeps failing (and ramps back), and decision
+//!   records say why a request was refused.
 //! - The store calls of a request have one deadline (`store_timeout`, 10 ms by default, under
 //!   the 20 ms Envoy's filter waits); when the store cannot answer by then, or the breaker is
 //!   open, `on_store_error` answers: `deny` is the gRPC status `UNAVAILABLE` (never `UNKNOWN`),

@@ -40,8 +40,7 @@ pub(crate) enum Item {
 pub(crate) struct Check {
     pub key: Vec<u8>,
     pub rate: Rate,
-    /// The engine's rule; `None` when no request can pass (`requests_per_unit: 0`).
-    pub rule: Option<Arc<RuleSpec>>,
+    pub rule: Arc<RuleSpec>,
     pub cost: u64,
     pub shadow: bool,
 }
@@ -53,7 +52,8 @@ pub(crate) struct Plan {
 
 struct Resolved {
     limit: Arc<Limit>,
-    key: Option<(Vec<u8>, Rate)>,
+    /// The store key, the rate and its rule; `None` when unlimited.
+    key: Option<(Vec<u8>, Rate, Arc<RuleSpec>)>,
     cost: u64,
 }
 
@@ -130,12 +130,12 @@ pub(crate) fn plan(config: &Config, request: &RateLimitRequest) -> Result<Plan, 
             }) => Item::Unlimited(Arc::clone(limit)),
             Some(Resolved {
                 limit,
-                key: Some((key, rate)),
+                key: Some((key, rate, rule)),
                 cost,
             }) => Item::Limited {
                 limit: Arc::clone(limit),
                 rate: *rate,
-                check: plan.check(key, *rate, limit.rule.as_ref(), *cost, limit.shadow),
+                check: plan.check(key, *rate, rule, *cost, limit.shadow),
             },
         };
         plan.items.push(item);
@@ -156,7 +156,7 @@ impl Plan {
         &mut self,
         key: &[u8],
         rate: Rate,
-        rule: Option<&Arc<RuleSpec>>,
+        rule: &Arc<RuleSpec>,
         cost: u64,
         shadow: bool,
     ) -> usize {
@@ -173,7 +173,7 @@ impl Plan {
         self.checks.push(Check {
             key: key.to_vec(),
             rate,
-            rule: rule.cloned(),
+            rule: Arc::clone(rule),
             cost,
             shadow,
         });
@@ -213,35 +213,37 @@ fn resolve(
         };
         // Named `override` in metrics and records whatever the descriptor: a caller's values
         // must not become label values.
-        let rule = match rate.requests_per_unit {
-            0 => None,
-            _ => Some(Arc::new(rate.rule("override", false).map_err(|e| {
-                Status::invalid_argument(format!("descriptors[{i}].limit: {e}"))
-            })?)),
-        };
+        let rule = Arc::new(
+            rate.rule("override", false)
+                .map_err(|e| Status::invalid_argument(format!("descriptors[{i}].limit: {e}")))?,
+        );
         let limit = Arc::new(Limit {
             label: "override".into(),
             name: None,
             replaces: Vec::new(),
             rate: Some(rate),
             shadow: false,
-            rule,
+            rule: Some(Arc::clone(&rule)),
         });
         let path = tree::entries_path(&d.entries);
         let key = tree::store_key(&config.domain, &path, "override");
         return Ok(Some(Resolved {
             limit,
-            key: Some((key, rate)),
+            key: Some((key, rate, rule)),
             cost,
         }));
     }
     let Some(found) = tree::lookup(&config.root, &d.entries) else {
         return Ok(None);
     };
-    let key = found.limit.rate.map(|rate| {
-        let key = tree::store_key(&config.domain, &found.path, rate.algo.name());
-        (key, rate)
-    });
+    let key = found
+        .limit
+        .rate
+        .zip(found.limit.rule.clone())
+        .map(|(rate, rule)| {
+            let key = tree::store_key(&config.domain, &found.path, rate.algo.name());
+            (key, rate, rule)
+        });
     Ok(Some(Resolved {
         limit: Arc::clone(found.limit),
         key,

@@ -72,11 +72,6 @@ pub(crate) fn answer(
                     retry_ms: None,
                     source: Source::Open,
                 });
-                // The engine counted what it decided; a limit no request can pass was decided
-                // here.
-                if v.source == Source::Here && !limit.shadow {
-                    record(&limit.label, Outcome::Refuse);
-                }
                 // A shadow limit over its threshold says OK, with nothing remaining.
                 let remaining = if v.over { 0 } else { v.remaining.unwrap_or(0) };
                 let over = v.over && !limit.shadow;

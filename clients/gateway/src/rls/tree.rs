@@ -95,7 +95,7 @@ pub(crate) struct Limit {
     /// `None` when `unlimited`.
     pub rate: Option<Rate>,
     pub shadow: bool,
-    /// The engine's rule for `rate` (none when unlimited, or when no request can pass).
+    /// The engine's rule for `rate` (none when unlimited).
     pub rule: Option<Arc<RuleSpec>>,
 }
 
@@ -114,12 +114,14 @@ pub(crate) struct Rate {
 }
 
 impl Rate {
-    /// The engine's rule for this rate, named `label`.
+    /// The engine's rule for this rate, named `label`. A limit of 0, which no rule states, is
+    /// a rule of 1 whose checks are blocked ([`Rate::blocked`]): the engine refuses them
+    /// without a store call and never reads the limit.
     pub fn rule(&self, label: &str, shadow: bool) -> Result<RuleSpec, String> {
         RuleSpec::rate(
             label,
             self.algo,
-            u64::from(self.requests_per_unit),
+            u64::from(self.requests_per_unit.max(1)),
             self.period,
             self.burst,
             self.grant,
@@ -127,10 +129,10 @@ impl Rate {
         )
     }
 
-    /// A request of `cost` this rate can never admit: `requests_per_unit: 0`, or a cost above
-    /// the capacity (the module would refuse such a call as an error).
-    pub fn never_fits(&self, cost: u64) -> bool {
-        self.requests_per_unit == 0 || cost > self.capacity
+    /// No request passes it: `requests_per_unit: 0`. (A cost above the capacity, which no
+    /// request passes either, the engine finds itself.)
+    pub fn blocked(&self) -> bool {
+        self.requests_per_unit == 0
     }
 }
 

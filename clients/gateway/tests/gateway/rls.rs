@@ -4,7 +4,7 @@
 //! no count starts over in the middle of a test.
 
 use crate::common::cluster::Cluster;
-use crate::common::Server;
+use crate::common::{command_calls, script_mode, Server};
 use crate::rls_support::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
@@ -197,6 +197,67 @@ async fn zero_requests_per_unit_always_refuses_and_spends_nothing() {
     assert_eq!(
         codes(&s.ok(request("shop", &[t], 1)).await),
         [(Code::Ok, 9)]
+    );
+}
+
+/// The module's decisions the server ran: in script mode each is one `EVALSHA`.
+fn store_calls(c: &mut redis::Connection) -> i64 {
+    if script_mode() {
+        command_calls(c, "rl.admit")
+    } else {
+        ["rl.admit", "rl.multi", "rl.grant"]
+            .iter()
+            .map(|name| command_calls(c, name))
+            .sum()
+    }
+}
+
+/// A request refused before any store call (a descriptor no request passes, or one the
+/// negative cache holds refused) is one decision of the engine: its other descriptors are asked
+/// without spending, one store call, so each status says what its key holds, and counted as
+/// what they are (no admission of a refused request).
+#[tokio::test]
+async fn refused_before_any_call_the_others_are_only_asked_in_one_decision() {
+    let (server, mut s) = shop().await;
+    let mut c = server.conn();
+    let t: &[(&str, &str)] = &[("tenant", "atlas")];
+    let blocked: &[(&str, &str)] = &[("route", "blocked")];
+    let checkout: &[(&str, &str)] = &[("route", "checkout")];
+    let admitted = |s: &Service<_>| {
+        let text = s.metrics.render();
+        let line = r#"rl_gateway_decisions_total{route="rls:shop",rule="tenant",outcome="admit"} "#;
+        text.lines()
+            .find_map(|l| l.strip_prefix(line))
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+
+    let before = store_calls(&mut c);
+    let r = s.ok(request("shop", &[t, blocked], 1)).await;
+    assert_eq!(codes(&r), [(Code::Ok, 10), (Code::OverLimit, 0)]);
+    assert_eq!(store_calls(&mut c) - before, 1, "one ask of the tenant");
+    assert_eq!(admitted(&s), 0, "a refused request admitted nothing");
+
+    // Admitted, then refused by the store, then refused from the negative cache.
+    s.ok(request("shop", &[t, checkout], 1)).await;
+    let r = s.ok(request("shop", &[t, checkout], 1)).await;
+    assert_eq!(codes(&r), [(Code::Ok, 9), (Code::OverLimit, 0)]);
+    let before = store_calls(&mut c);
+    let r = s.ok(request("shop", &[t, checkout], 1)).await;
+    assert_eq!(codes(&r), [(Code::Ok, 9), (Code::OverLimit, 0)]);
+    assert_eq!(store_calls(&mut c) - before, 1, "one ask of the tenant");
+    let text = s.metrics.render();
+    let cached =
+        r#"rl_gateway_decisions_total{route="rls:shop",rule="checkout",outcome="refuse_cached"} 1"#;
+    assert!(text.contains(cached), "{cached} not in\n{text}");
+    assert_eq!(
+        admitted(&s),
+        1,
+        "only the first request admitted the tenant"
+    );
+    // Nothing was spent: the tenant still holds 9.
+    assert_eq!(
+        codes(&s.ok(request("shop", &[t], 9)).await),
+        [(Code::Ok, 0)]
     );
 }
 

@@ -92,6 +92,9 @@ pub struct CheckIn {
     pub rule: String,
     pub key: Either<String, Buffer>,
     pub cost: Option<f64>,
+    /// No request passes it (a limit of 0): refused without a store call, the other checks
+    /// then only asked. False when not given.
+    pub blocked: Option<bool>,
 }
 
 /// What one keyed check decided (for a shadow rule: what it would have decided).
@@ -103,8 +106,9 @@ pub struct CheckOut {
     pub reset_after_ms: Option<f64>,
     /// When over: when the same request would pass.
     pub retry_after_ms: Option<f64>,
-    /// `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `fallback` (the
-    /// posture's local limiter) or `open` (not asked).
+    /// `store`, `chunk` (a chunk leased earlier), `cache` (the negative cache), `blocked` (no
+    /// request can pass the check: refused without a call), `fallback` (the posture's local
+    /// limiter) or `open` (not asked).
     pub source: String,
 }
 
@@ -139,9 +143,8 @@ pub(crate) fn checks_in(policy: &Policy, checks: Vec<CheckIn>) -> Result<Vec<Che
                 }
             };
             Ok(Check {
-                rule: Arc::clone(rule),
-                key,
-                cost,
+                blocked: c.blocked.unwrap_or(false),
+                ..Check::new(Arc::clone(rule), key, cost)
             })
         })
         .collect()
@@ -160,6 +163,7 @@ fn check_out(c: &CheckOutcome) -> CheckOut {
             CheckSource::Store => "store",
             CheckSource::Chunk => "chunk",
             CheckSource::Cache => "cache",
+            CheckSource::Blocked => "blocked",
             CheckSource::Fallback => "fallback",
             CheckSource::Open => "open",
         }

@@ -17,7 +17,7 @@ async function use(): Promise<number> {
   const res: RateLimiterRes = await limiter.consume('ip');
   const gw = new Gateway({ store: client, policy: '{}' });
   const mw = expressMiddleware(gw);
-  const keyed = await gw.check('jobs', [{ rule: 'user', key: '{j}:u:17' }, { rule: 'slot', key: '{j}:slot', cost: 0 }]);
+  const keyed = await gw.check('jobs', [{ rule: 'user', key: '{j}:u:17', blocked: false }, { rule: 'slot', key: '{j}:slot', cost: 0 }]);
   keyed.done?.();
   const r: Response = await fetchWithRetry('http://x/', { method: 'POST' });
   return d.remaining + (m.denied_by === null ? 1 : 0) + (s?.delta ?? 0) + res.remainingPoints + store.prefix.length + r.status

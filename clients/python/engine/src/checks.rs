@@ -1,6 +1,6 @@
 //! Keyed checks in from Python: each a rule of the policy in force by name, the key it counts
-//! on, and the units it takes; read whole before the engine sees any, so a bad one changes
-//! nothing.
+//! on, the units it takes, and whether no request can pass it; read whole before the engine
+//! sees any, so a bad one changes nothing.
 
 use std::sync::Arc;
 
@@ -10,8 +10,10 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 use rl_engine::engine::Check;
 use rl_engine::Policy;
 
-/// `(rule, key)` or `(rule, key, cost)` tuples (or lists), or `{"rule", "key", "cost"}` dicts;
-/// `key` str or UTF-8 bytes, `cost` 1 when not given (0 only asks).
+/// `(rule, key)` or `(rule, key, cost)` tuples (or lists), or `{"rule", "key", "cost",
+/// "blocked"}` dicts; `key` str or UTF-8 bytes, `cost` 1 when not given (0 only asks),
+/// `blocked` a bool, false when not given (no request passes: a limit of 0, see
+/// `rl_engine::engine::Check::blocked`).
 pub fn checks_of(policy: &Policy, items: &Bound<'_, PyAny>) -> PyResult<Vec<Check>> {
     items
         .try_iter()?
@@ -21,19 +23,25 @@ pub fn checks_of(policy: &Policy, items: &Bound<'_, PyAny>) -> PyResult<Vec<Chec
 }
 
 fn check_of(policy: &Policy, i: usize, item: &Bound<'_, PyAny>) -> PyResult<Check> {
-    let (rule, key, cost) = if let Ok(d) = item.cast::<PyDict>() {
+    let (rule, key, cost, blocked) = if let Ok(d) = item.cast::<PyDict>() {
         let field = |name: &str| -> PyResult<Bound<'_, PyAny>> {
             d.get_item(name)?
                 .ok_or_else(|| PyValueError::new_err(format!("check {i}: no {name:?}")))
         };
-        (field("rule")?, field("key")?, d.get_item("cost")?)
+        (
+            field("rule")?,
+            field("key")?,
+            d.get_item("cost")?,
+            d.get_item("blocked")?,
+        )
     } else if item.is_instance_of::<PyTuple>() || item.is_instance_of::<PyList>() {
         match item.len()? {
-            2 => (item.get_item(0)?, item.get_item(1)?, None),
+            2 => (item.get_item(0)?, item.get_item(1)?, None, None),
             3 => (
                 item.get_item(0)?,
                 item.get_item(1)?,
                 Some(item.get_item(2)?),
+                None,
             ),
             n => {
                 return Err(PyValueError::new_err(format!(
@@ -82,9 +90,15 @@ fn check_of(policy: &Policy, i: usize, item: &Bound<'_, PyAny>) -> PyResult<Chec
             ))
         })?,
     };
+    let blocked = match blocked.filter(|b| !b.is_none()) {
+        None => false,
+        Some(b) => b
+            .cast::<PyBool>()
+            .map_err(|_| PyTypeError::new_err(format!("check {i}: blocked is a bool")))?
+            .is_true(),
+    };
     Ok(Check {
-        rule: Arc::clone(rule),
-        key,
-        cost,
+        blocked,
+        ..Check::new(Arc::clone(rule), key, cost)
     })
 }

@@ -104,6 +104,7 @@ fn check_outcome(c: &EngineCheckOutcome) -> CheckOutcome {
             CheckSource::Store => "store",
             CheckSource::Chunk => "chunk",
             CheckSource::Cache => "cache",
+            CheckSource::Blocked => "blocked",
             CheckSource::Fallback => "fallback",
             CheckSource::Open => "open",
         },

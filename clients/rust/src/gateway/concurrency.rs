@@ -194,11 +194,7 @@ where
             let Some(key) = (limit.settings.key)(&request).await else {
                 return inner.call(request).await;
             };
-            let check = Check {
-                rule: Arc::clone(&limit.settings.rule),
-                key,
-                cost: 1,
-            };
+            let check = Check::new(Arc::clone(&limit.settings.rule), key, 1);
             let (verdict, leases) = limit.gateway.check(&limit.settings.name, vec![check]).await;
             if verdict.status.is_some() {
                 return Ok(answer(&verdict));

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use super::{Pending, Phase, MAX_IDENTITY};
 use crate::breaker::Pass;
-use crate::engine::ctx::{Ctx, Keyed, Outcomes};
+use crate::engine::ctx::{Before, Ctx, Keyed, Outcomes, Refusal};
 use crate::engine::{Request, Shared, Step, IDEMPOTENCY_KEY};
+use crate::headers::HeaderOutcome;
 use crate::identity::{client_ip, network};
 use crate::metrics::Event;
-use crate::policy::{decode_unreserved, RequestIdentity, Routed};
+use crate::policy::{decode_unreserved, RequestIdentity, Routed, RuleKind, RuleSpec};
 use crate::time::Instant;
 
 /// The reservation id of a request that sent `Idempotency-Key`: the key scoped to the tenant
@@ -194,11 +195,25 @@ impl Pending {
     }
 
     /// A request whose rules and keys are known: the negative cache, the breaker, then the
-    /// store, phase by phase.
-    fn start(self, ctx: Ctx, now: Instant) -> (Pending, Step) {
+    /// store, phase by phase. An HTTP request refused before any call makes none; keyed checks
+    /// then ask their others, without spending ([`Pending::refuse_before`]).
+    fn start(self, mut ctx: Ctx, now: Instant) -> (Pending, Step) {
         let mut pending = self;
         let shared = Arc::clone(&pending.shared);
-        if let Some(verdict) = shared.refuse_cached(&ctx, now) {
+        let mut first = Phase::Grant(0);
+        if ctx.checks {
+            if pending.refuse_before(&mut ctx, now) {
+                let shadow_asks = |k: &Keyed| {
+                    k.rule.shadow && k.refuse.is_none() && matches!(k.rule.kind, RuleKind::Rate(_))
+                };
+                if !ctx.keyed.iter().any(|k| k.asks() || shadow_asks(k)) {
+                    pending.ctx = Some(ctx);
+                    let step = pending.refused(now);
+                    return (pending, step);
+                }
+                first = Phase::Rest;
+            }
+        } else if let Some(verdict) = shared.refuse_cached(&ctx, now) {
             pending.ctx = Some(ctx);
             return (pending, Step::Done(verdict));
         }
@@ -211,6 +226,12 @@ impl Pending {
             .record(Event::Breaker(shared.breaker.state(now)));
         match pass {
             Pass::Store(ticket) => pending.ticket = Some(ticket),
+            // Refused whatever the store would say: the others stay unasked.
+            Pass::Posture if first == Phase::Rest => {
+                pending.ctx = Some(ctx);
+                let step = pending.refused(now);
+                return (pending, step);
+            }
             Pass::Posture => {
                 let verdict = shared.posture(&ctx, now);
                 pending.ctx = Some(ctx);
@@ -218,9 +239,40 @@ impl Pending {
             }
         }
         pending.ctx = Some(ctx);
-        pending.phase = Phase::Grant(0);
+        pending.phase = first;
         let step = pending.advance(now);
         (pending, step)
+    }
+
+    /// Keyed checks: notes the checks refused before any call (a blocked shadow check as a
+    /// shadow refusal); when one refuses the request, the others spend nothing and are only
+    /// asked, so that each outcome says what its key holds. Whether the request is refused.
+    fn refuse_before(&mut self, ctx: &mut Ctx, now: Instant) -> bool {
+        for (i, k) in ctx.keyed.iter().enumerate() {
+            if let (true, Some(refusal)) = (k.rule.shadow, k.refuse) {
+                let refused = HeaderOutcome::refused(refusal.wait_ms);
+                self.answer.outcomes.push((i, refused));
+                self.answer.shadow_refused.push(i);
+                self.answer.before.push((i, refusal.by));
+            }
+        }
+        let refusals = self.shared.refused_before(ctx, now);
+        if refusals.is_empty() {
+            return false;
+        }
+        for (i, refusal) in refusals {
+            let refused = HeaderOutcome::refused(refusal.wait_ms);
+            self.answer.outcomes.push((i, refused));
+            self.answer.refused.push((i, refusal.wait_ms));
+            self.answer.before.push((i, refusal.by));
+            if let Some(k) = ctx.keyed.get_mut(i) {
+                k.refuse = Some(refusal);
+            }
+        }
+        for k in &mut ctx.keyed {
+            k.spend = false;
+        }
+        true
     }
 
     /// Keyed checks, decided together under the policy's default route (its posture, its
@@ -249,14 +301,24 @@ impl Pending {
         let keyed = checks
             .into_iter()
             .map(|c| {
-                Keyed {
+                let cost = c.cost.max(1);
+                let blocked =
+                    c.blocked || matches!(&c.rule.kind, RuleKind::Rate(r) if cost > r.rule.burst());
+                let keyed = Keyed {
+                    refuse: blocked.then(|| Refusal {
+                        wait_ms: blocked_wait(&c.rule, now),
+                        by: Before::Blocked,
+                    }),
                     rule: c.rule,
                     key: c.key,
-                    cost: c.cost.max(1),
+                    cost,
                     spend: c.cost > 0,
-                    refuse: None,
+                };
+                if blocked {
+                    keyed
+                } else {
+                    keyed.allocated(&pending.shared.allocations, now)
                 }
-                .allocated(&pending.shared.allocations, now)
             })
             .collect();
         let ctx = Ctx {
@@ -270,4 +332,18 @@ impl Pending {
         };
         pending.start(ctx, now)
     }
+}
+
+/// When a blocked check's request could be retried: at the end of the current window of its
+/// rule's period (as the reference service reports a limit's reset), or after a semaphore's
+/// lease.
+fn blocked_wait(rule: &RuleSpec, now: Instant) -> u64 {
+    let span_us = match &rule.kind {
+        RuleKind::Rate(r) => {
+            let period = r.rule.period_us().max(1);
+            period.saturating_sub(now.as_micros().checked_rem(period).unwrap_or(0))
+        }
+        RuleKind::Semaphore(s) => u64::try_from(s.lease.as_micros()).unwrap_or(u64::MAX),
+    };
+    span_us.div_ceil(1000).max(1)
 }

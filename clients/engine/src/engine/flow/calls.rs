@@ -240,7 +240,8 @@ impl Pending {
             let RuleKind::Rate(rate) = &k.rule.kind else {
                 continue;
             };
-            if !k.rule.shadow {
+            // A blocked shadow check would refuse whatever its key holds: not asked.
+            if !k.rule.shadow || k.refuse.is_some() {
                 continue;
             }
             let key = k.store_key().into_bytes();

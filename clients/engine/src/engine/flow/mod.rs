@@ -2,7 +2,8 @@
 //! waits for the answers before the next: grant rules (from local chunks, refilled with
 //! `RL.GRANT`), semaphores (`RL.ACQUIRE`, in route order, stopping at the first refusal),
 //! `settle` rules (`RL.ADMIT ... RESERVE id`), one `RL.MULTI` for the other rate rules, the
-//! shadow rules, and after an admission the `WAIT` of `durable` rules.
+//! shadow rules, and after an admission the `WAIT` of `durable` rules. Keyed checks refused
+//! before any call skip them all for one step: their other rules only asked.
 
 mod answers;
 mod begin;
@@ -63,6 +64,9 @@ enum Phase {
     Reserve(usize),
     /// The rules only asked, without spending, all at once.
     Ask,
+    /// Keyed checks refused before any call: the others asked without spending (shadow ones
+    /// included), all at once, instead of every other phase.
+    Rest,
     Multi,
     Shadow,
     /// Every store rule answered and none refused.
@@ -186,7 +190,7 @@ impl Pending {
                 }
                 Answer::Overloaded => {
                     self.refill_ended(&expect);
-                    return self.shed();
+                    return self.shed(now);
                 }
             };
             match self.take_reply(expect, reply, now) {
@@ -235,6 +239,16 @@ impl Pending {
                     if !calls.is_empty() {
                         return self.ask(calls);
                     }
+                }
+                Phase::Rest => {
+                    // The refusal stands whatever they answer (`resume` ends in it).
+                    self.phase = Phase::Answered;
+                    let mut calls = self.asks();
+                    calls.extend(self.shadows());
+                    if calls.is_empty() {
+                        return self.refused(now);
+                    }
+                    return self.ask(calls);
                 }
                 Phase::Multi => {
                     self.phase = Phase::Shadow;
@@ -344,7 +358,7 @@ impl Pending {
         calls
     }
 
-    fn refused(&mut self, now: Instant) -> Step {
+    pub(super) fn refused(&mut self, now: Instant) -> Step {
         self.store_ended(true, CallResult::Ok, now);
         self.give_back();
         self.phase = Phase::Done;
@@ -359,9 +373,13 @@ impl Pending {
     }
 
     /// The store gave no decision: the route's posture. Slots go back; reservations stay at
-    /// their estimate (the reply that would say whether they were made may be lost).
+    /// their estimate (the reply that would say whether they were made may be lost). Keyed
+    /// checks refused before any call stay refused, their others unasked.
     fn failed(&mut self, result: CallResult, now: Instant) -> Step {
         self.store_ended(false, result, now);
+        if self.answer.refused_before() {
+            return self.refused(now);
+        }
         self.give_back();
         self.phase = Phase::Done;
         let background = self.undo(false);
@@ -380,15 +398,19 @@ impl Pending {
     /// shed, as when a driver cannot wait for a reply. Calls it sent before were answered.
     pub(super) fn waited_out(&mut self, now: Instant) -> Step {
         self.store_ended(true, CallResult::Ok, now);
-        self.shed()
+        self.shed(now)
     }
 
     /// The driver could not wait for a reply (its own overload): shed, with what was taken
     /// given back as after a failure, and the breaker's ticket returned without an outcome,
-    /// since the store may well have answered in time.
-    fn shed(&mut self) -> Step {
+    /// since the store may well have answered in time. Keyed checks refused before any call
+    /// stay refused.
+    fn shed(&mut self, now: Instant) -> Step {
         if let Some(ticket) = self.ticket.take() {
             self.shared.breaker.abandon(ticket);
+        }
+        if self.answer.refused_before() {
+            return self.refused(now);
         }
         self.give_back();
         self.phase = Phase::Done;
@@ -405,6 +427,9 @@ impl Pending {
     /// policy or the deployment, answered 500. The store did answer: not a breaker failure.
     fn broken(&mut self, error: Error, now: Instant) -> Step {
         self.store_ended(true, CallResult::Ok, now);
+        if self.answer.refused_before() {
+            return self.refused(now);
+        }
         self.give_back();
         self.phase = Phase::Done;
         let background = self.undo(true);

@@ -297,3 +297,70 @@ async fn three_regions_share_one_limit_within_the_reserve() {
     }
     drop(regionals);
 }
+
+/// The home a Redis Cluster (`--home-cluster`): the region's reports reach the node that owns the
+/// key's slot, and its answer raises the allocation above the floor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_may_be_a_cluster() {
+    let home = crate::common::cluster::Cluster::start();
+    let store = Server::start();
+    let (up, _) = upstream().await;
+    let mut doc = policy();
+    doc["regions"] = json!(["eu", "us"]);
+    let policy = policy_file(&doc);
+    let home_url = format!("redis://127.0.0.1:{}", home.nodes[0].port);
+    let mut gw = Gateway::start(&[
+        "--store",
+        &format!("redis://127.0.0.1:{}", store.port),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--admin",
+        "127.0.0.1:0",
+        "--region",
+        "eu",
+        "--home",
+        &home_url,
+        "--home-cluster",
+        "--reporter",
+        "eu-1",
+    ]);
+    gw.discard_log();
+    gw.ready().await;
+    let client = reqwest::Client::new();
+    let series = "rl_gateway_allocation_units{rule=\"tenant\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The floor is 90 / 40 = 2 a second; alone with demand, eu is answered most of the pool.
+    loop {
+        for _ in 0..20 {
+            let r = client
+                .get(format!("{}/r", gw.url("proxy")))
+                .header("x-tenant", "atlas")
+                .send()
+                .await
+                .unwrap();
+            assert!([200, 429].contains(&r.status().as_u16()));
+        }
+        if gauge(&gw, series).await.is_some_and(|a| a > 40.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no allocation from the cluster home"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut conn = redis::cluster::ClusterClient::new(vec![home_url.as_str()])
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let record: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("{t:atlas}:tenant")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(record.len(), 1, "{record:?}");
+    assert_eq!(record[0].0, "eu eu-1");
+}

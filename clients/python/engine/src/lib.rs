@@ -3,6 +3,7 @@
 //! the HTTP framework, and everything a gateway decides is the engine's, the same code the Rust
 //! and Node gateways run.
 
+mod allocation;
 mod checks;
 mod convert;
 mod headers;
@@ -45,6 +46,14 @@ fn load(policy: &str, now: Option<u64>) -> PyResult<Policy> {
         None => Policy::from_json(policy),
     }
     .map_err(policy_error)
+}
+
+/// As `load`, for a gateway in `region` (None: none given): a global rule needs a region, and
+/// the region must be one of the policy's `regions`.
+fn load_for(policy: &str, now: Option<u64>, region: Option<&str>) -> PyResult<Policy> {
+    let policy = load(policy, now)?;
+    policy.require_region(region).map_err(policy_error)?;
+    Ok(policy)
 }
 
 /// Validates a policy document as a gateway would load it: its version, or `InvalidPolicy`.
@@ -98,6 +107,8 @@ impl Headers for Pairs {
 #[pyclass(frozen, module = "redis_rl_engine")]
 struct Engine {
     inner: rl_engine::Engine,
+    /// This gateway's region, which every policy loaded must allow.
+    region: Option<String>,
 }
 
 #[pymethods]
@@ -110,10 +121,12 @@ impl Engine {
     /// bounds each local table in bytes (the negative cache, the chunks, each route's fallback
     /// limiters; 32 MiB by default). `now` (Unix microseconds) is when the policy is loaded,
     /// by default the system clock's now: an override may expire at most 90 days after it.
+    /// `region`: this gateway's region, one of the policy's `regions`; without one a policy
+    /// with a global rule is refused (and so is any reload that adds one).
     #[new]
     #[pyo3(signature = (
         policy, *, legacy_headers = false, log_sample = 0.001, log_per_second = 100, seed = None,
-        metrics_hook = None, table_bytes = None, now = None
+        metrics_hook = None, table_bytes = None, now = None, region = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -125,8 +138,9 @@ impl Engine {
         metrics_hook: Option<Py<PyAny>>,
         table_bytes: Option<usize>,
         now: Option<u64>,
+        region: Option<String>,
     ) -> PyResult<Self> {
-        let policy = load(policy, now)?;
+        let policy = load_for(policy, now, region.as_deref())?;
         let defaults = Options::default();
         let options = Options {
             legacy_headers,
@@ -139,6 +153,7 @@ impl Engine {
         let hook = metrics_hook.map(|f| Arc::new(PyHook(f)) as Arc<dyn MetricsHook>);
         Ok(Engine {
             inner: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),
+            region,
         })
     }
 
@@ -268,9 +283,29 @@ impl Engine {
     /// Returns the new version. `now`: as for the constructor.
     #[pyo3(signature = (policy, now = None))]
     fn reload(&self, policy: &str, now: Option<u64>) -> PyResult<u64> {
-        let policy = load(policy, now)?;
+        let policy = load_for(policy, now, self.region.as_deref())?;
         let policy = self.inner.reload(policy).map_err(policy_error)?;
         Ok(policy.version)
+    }
+
+    /// The global rules' reports due at `now` (Unix microseconds), for the home store
+    /// (`RL.ALLOCATE`); each goes back to `allocated` with its answer.
+    fn allocation_reports(&self, now: u64) -> Vec<allocation::Report> {
+        allocation::reports(&self.inner, now)
+    }
+
+    /// The home store's answer to `report` (an `Allotment`: `allocation`, `lease_ms`,
+    /// `region_demand`, `total_demand`), or None when it did not answer: the key keeps its
+    /// allocation until the lease ends.
+    #[pyo3(signature = (report, answer = None))]
+    fn allocated(
+        &self,
+        report: &allocation::Report,
+        answer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.inner
+            .allocated(&report.inner, allocation::allotment(answer)?);
+        Ok(())
     }
 
     /// When the snapshot in force was published (Unix microseconds), for a gateway that follows
@@ -543,6 +578,7 @@ fn redis_rl_engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_class::<Pending>()?;
     m.add_class::<Holdings>()?;
+    m.add_class::<allocation::Report>()?;
     m.add_class::<verdict::Calls>()?;
     m.add_class::<verdict::Wait>()?;
     m.add_class::<Verdict>()?;

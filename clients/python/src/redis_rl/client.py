@@ -17,8 +17,8 @@ from typing import Any, Callable, List, Optional, Sequence
 from . import commands as c
 from .commands import Bytes, Duration, Request, Rule
 from .errors import Refused, RLError, Unavailable, classify
-from .replies import (Acquisition, Admission, GrantDecision, KeyInfo, MultiDecision,
-                      Settlement, ThrottleDecision)
+from .replies import (Acquisition, Admission, Allotment, GrantDecision, KeyInfo,
+                      MultiDecision, Settlement, ThrottleDecision)
 
 log = logging.getLogger("redis_rl")
 
@@ -214,6 +214,12 @@ class Client(_Base):
     def info(self, key: Bytes) -> Optional[KeyInfo]:
         return self.execute(c.Info(key))
 
+    def allocate(self, key: Bytes, limit: int, region: Bytes, reporter: Bytes, demand: int,
+                 held: int, *, reserve: int, regions: int, lease: Duration) -> Allotment:
+        """RL.ALLOCATE, on the home store of a global rule (one limit across regions)."""
+        return self.execute(c.Allocate(key, limit, region, reporter, demand, held, reserve,
+                                       regions, lease))
+
     def throttle(self, key: Bytes, max_burst: int, count: int, period: int,
                  quantity: Optional[int] = None) -> ThrottleDecision:
         return self.execute(c.Throttle(key, max_burst, count, period, quantity))
@@ -312,6 +318,13 @@ class AsyncClient(_Base):
 
     async def info(self, key: Bytes) -> Optional[KeyInfo]:
         return await self.execute(c.Info(key))
+
+    async def allocate(self, key: Bytes, limit: int, region: Bytes, reporter: Bytes,
+                       demand: int, held: int, *, reserve: int, regions: int,
+                       lease: Duration) -> Allotment:
+        """RL.ALLOCATE, on the home store of a global rule (one limit across regions)."""
+        return await self.execute(c.Allocate(key, limit, region, reporter, demand, held,
+                                             reserve, regions, lease))
 
     async def throttle(self, key: Bytes, max_burst: int, count: int, period: int,
                        quantity: Optional[int] = None) -> ThrottleDecision:

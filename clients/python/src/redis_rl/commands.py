@@ -318,6 +318,38 @@ class Throttle(Request):
         return replies.throttle_decision(reply)
 
 
+# The most demand RL.ALLOCATE takes (units per period): a larger one is sent as this, since
+# only its share of the total matters.
+MAX_DEMAND = 10**12
+
+
+@dataclass
+class Allocate(Request):
+    """RL.ALLOCATE on the home store: a region's allocation of a global rule's `limit`
+    (commands.md). `lease` is a Duration, as every duration here."""
+
+    key: Bytes
+    limit: int
+    region: Bytes
+    reporter: Bytes
+    demand: int
+    held: int
+    reserve: int
+    regions: int
+    lease: Duration
+    name = "RL.ALLOCATE"
+
+    def args(self) -> List[Any]:
+        demand = min(int(_count(self.demand, "demand")), MAX_DEMAND)
+        return [self.name, self.key, _count(self.limit, "limit"), self.region, self.reporter,
+                str(demand), _count(self.held, "held"), "RESERVE",
+                _count(self.reserve, "reserve"), "REGIONS", _count(self.regions, "regions"),
+                "LEASE", duration_arg(self.lease, "lease")]
+
+    def parse(self, reply: Any) -> replies.Allotment:
+        return replies.allotment(reply)
+
+
 @dataclass
 class Raw(Request):
     """Any command of the module by its arguments (name first), its reply unparsed: keys are

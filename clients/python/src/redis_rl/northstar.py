@@ -47,7 +47,8 @@ async def backend(scope, receive, send):
     await send({"type": "http.response.body", "body": body})
 
 
-def build(redis_url: str, policy_path: str, cluster: bool) -> RateLimitMiddleware:
+def build(redis_url: str, policy_path: str, cluster: bool, region: str | None = None,
+          home: str | None = None, reporter: str | None = None) -> RateLimitMiddleware:
     if cluster:
         conn = redis.asyncio.RedisCluster.from_url(redis_url)
     else:
@@ -57,7 +58,8 @@ def build(redis_url: str, policy_path: str, cluster: bool) -> RateLimitMiddlewar
         # example takes (64 were fewer than a flood's 200 callers).
         conn = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
             redis_url, max_connections=1024, timeout=1))
-    gateway = Gateway(AsyncClient(conn), policy_path)
+    gateway = Gateway(AsyncClient(conn), policy_path, region=region, home=home,
+                      reporter=reporter)
     return RateLimitMiddleware(backend, gateway, health_path="/healthz", metrics_path="/metrics",
                                reload_path="/-/reload")
 
@@ -73,7 +75,10 @@ async def serve(args) -> None:
                          socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), int(port)))
-    app = build(args.redis, args.policy, args.cluster)
+    # The reporter's default name, as rl-gateway's: the host's and the listening port.
+    reporter = args.reporter or f"{socket.gethostname()}:{sock.getsockname()[1]}"
+    app = build(args.redis, args.policy, args.cluster, args.region, args.home,
+                reporter if args.region else None)
     # uvicorn runs without lifespan here: the mode detection (and a cluster's slot map) starts
     # now, beside the server's startup, so it is rarely left to the first request's deadline;
     # a store that is down or does not answer never holds the listening socket back.
@@ -93,6 +98,7 @@ async def serve(args) -> None:
     print(f"listening on {host}:{bound[1]}", flush=True)
     await task
     preparing.cancel()
+    await app.gateway.close()
 
 
 def main(argv=None) -> int:
@@ -101,7 +107,12 @@ def main(argv=None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:8080")
     parser.add_argument("--policy", required=True)
     parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--region", help="this gateway's region, for the policy's global rules")
+    parser.add_argument("--home", help="redis://HOST:PORT of the home store (with --region)")
+    parser.add_argument("--reporter", help="this gateway's name among its region's reporters")
     args = parser.parse_args(argv)
+    if (args.region is None) != (args.home is None):
+        parser.error("--region and --home go together")
     try:
         asyncio.run(serve(args))
     except InvalidPolicy as exc:

@@ -197,6 +197,24 @@ def acquisition(reply: Any) -> Acquisition:
                        retry_after_ms=_int(r["retry_after_ms"], "retry_after_ms"))
 
 
+@dataclass(frozen=True)
+class Allotment:
+    """RL.ALLOCATE's answer: the units per period the reporter's region may admit until the
+    lease ends (counted from when the call was sent), and the live demand of the region and
+    of all regions."""
+
+    allocation: int
+    lease_ms: int
+    region_demand: int
+    total_demand: int
+
+
+def allotment(reply: Any) -> Allotment:
+    r = _record(reply, ("allocation", "lease_ms", "region_demand", "total_demand"),
+                "RL.ALLOCATE")
+    return Allotment(**{k: _int(v, k) for k, v in r.items()})
+
+
 def flag(reply: Any, command: str) -> bool:
     return _flag(reply, f"{command} reply")
 

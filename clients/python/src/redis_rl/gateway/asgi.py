@@ -65,8 +65,9 @@ class RateLimitMiddleware:
                 if message["type"] == "lifespan.startup":
                     await self.gateway.prepare()
                 elif message["type"] == "lifespan.shutdown":
-                    # Releases and refunds still in flight are sent before the process ends.
-                    await self.gateway.drain()
+                    # Releases and refunds still in flight are sent before the process ends,
+                    # and the reports to the home store stop.
+                    await self.gateway.close()
                 return message
 
             await self.app(scope, lifespan, send)

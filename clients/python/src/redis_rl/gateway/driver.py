@@ -22,6 +22,7 @@ from redis_rl_engine import Calls, InvalidPolicy, Verdict, Wait
 from .. import commands as c
 from ..client import AsyncClient
 from ..errors import Refused, RLError, Unavailable
+from . import regions
 
 decision_log = logging.getLogger("redis_rl.decision")
 log = logging.getLogger("redis_rl.gateway")
@@ -297,13 +298,19 @@ class Gateway:
     document as a dict; an invalid one raises `InvalidPolicy` with the bad field's JSON path.
     `metrics_hook(name, labels, value)` sees every metrics event, for another metrics
     library. `table_bytes` bounds each of the engine's local tables in bytes (32 MiB by
-    default)."""
+    default). `region`, `home` and `reporter`: one limit across regions (a policy's `global`
+    rules): this gateway's region (one of the policy's `regions`), the home store (an
+    AsyncClient or a redis:// URL) its allocations are asked of, and its name among the
+    region's reporters (by default the host's name and the process id); a policy with a global
+    rule and no region is refused with InvalidPolicy. The reports run from `prepare` or the
+    first request until `close`."""
 
     def __init__(self, client: AsyncClient, policy: PolicyInput, *,
                  legacy_headers: bool = False, log_sample: float = 0.001,
                  log_per_second: int = 100, identify: Identify | None = None, durable_connections: int = 0,
                  metrics_hook: MetricsHook | None = None, seed: int | None = None,
-                 table_bytes: int | None = None):
+                 table_bytes: int | None = None, region: str | None = None,
+                 home: AsyncClient | str | None = None, reporter: str | None = None):
         if not 0 <= log_sample <= 1:
             raise ValueError("log_sample must be in [0, 1]")
         if log_per_second < 0:
@@ -313,7 +320,15 @@ class Gateway:
         self.engine = engine.Engine(_read(policy), legacy_headers=legacy_headers,
                                     log_sample=log_sample, log_per_second=log_per_second,
                                     seed=seed, metrics_hook=metrics_hook,
-                                    table_bytes=table_bytes)
+                                    table_bytes=table_bytes, region=region)
+        if (region is None) != (home is None):
+            raise ValueError("region and home go together: a region's allocations are the "
+                             "home store's answers")
+        if reporter is not None and region is None:
+            raise ValueError("reporter needs region and home")
+        self._reporter = None if region is None else regions.Reporter(
+            self.engine, now_us, regions.home_client(home), region,
+            reporter if reporter is not None else regions.default_reporter())
         self._warn()
         self.identify = identify
         # Connections of their own for routes with a `durable` rule, taken in turn: the server
@@ -354,12 +369,23 @@ class Gateway:
         alone, call it at the app's startup). Otherwise the first request does it, within its
         deadline, as after a lost connection. A store that cannot answer now is left to the
         first request's posture."""
+        self._report()
         try:
             # Under a deadline of its own: a 37 kB SCRIPT LOAD is no request's fault.
             await asyncio.wait_for(self.client.prepare(),
                                    max(1.0, self.engine.store_timeout_us / 1e6))
         except (asyncio.TimeoutError, RLError) as exc:
             log.warning("rate limiter store not ready at startup: %r", exc)
+
+    def _report(self) -> None:
+        if self._reporter is not None:
+            self._reporter.start()
+
+    async def close(self) -> None:
+        """Stops the reports to the home store and waits for the background calls in flight."""
+        if self._reporter is not None:
+            await self._reporter.stop()
+        await self.drain()
 
     def reload(self) -> int:
         """Re-reads the policy file and returns the version now in force; raises StalePolicy
@@ -413,6 +439,7 @@ class Gateway:
         `headers` are the ASGI (name, value) pairs; `request` (the ASGI scope, from the
         middleware and the dependency alike) is handed to `identify`."""
         self._lag.watch()
+        self._report()
         if self.engine.saturated(_us(self._lag.stalled())):
             # The loop is stalled now, too long for this request to meet its deadline (the
             # engine's rule): shed it, without asking anyone who it is.
@@ -445,6 +472,7 @@ class Gateway:
         `reset_after_ms`, `retry_after_ms` and `source`, in order. A semaphore's slot is held
         until the outcome's `release`."""
         self._lag.watch()
+        self._report()
         started = now_us()
         pending, step = self.engine.check(route, list(checks), started)
         return await self._drive(pending, step, started)

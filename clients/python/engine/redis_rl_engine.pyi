@@ -149,13 +149,23 @@ class Pending:
     @property
     def durable(self) -> bool: ...
 
+class Report:
+    """One report for the home store (RL.ALLOCATE), handed back to `Engine.allocated`."""
+    rule: str
+    key: str
+    terms: Dict[str, int]  # limit, reserve, regions, lease_ms
+    demand: int
+    held: int
+    sent: int  # Unix µs: the answer's lease counts from here
+
 class Engine:
     """One per process and store, shared by every request."""
 
     def __init__(self, policy: str, *, legacy_headers: bool = False, log_sample: float = 0.001,
                  log_per_second: int = 100, seed: Optional[int] = None,
                  metrics_hook: Optional[Callable[[str, Dict[str, str], float], Any]] = None,
-                 table_bytes: Optional[int] = None, now: Optional[int] = None) -> None:
+                 table_bytes: Optional[int] = None, now: Optional[int] = None,
+                 region: Optional[str] = None) -> None:
         """`metrics_hook(name, labels, value)`: every metrics event (`decision`, `store_call`,
         `grant_refill`, `breaker_state`, `policy_version`, `route_mode`, `store_mode`,
         `unknown_plan`, `unmatched`, `decision_records_dropped`, `policy_rejected`,
@@ -196,6 +206,11 @@ class Engine:
     def reload(self, policy: str, now: Optional[int] = None) -> int:
         """Puts the document in force and returns its version; raises `StalePolicy` for a
         version not higher than the one in force, `InvalidPolicy` for an invalid document."""
+    def allocation_reports(self, now: int) -> List[Report]:
+        """The global rules' reports due at `now` (Unix µs), for the home store."""
+    def allocated(self, report: Report, answer: Optional[Any] = None) -> None:
+        """The home's answer to `report` (an object with `allocation`, `lease_ms`,
+        `region_demand`, `total_demand`), or None when it did not answer."""
     @property
     def policy_version(self) -> int: ...
     @property

@@ -1,10 +1,12 @@
 """One limit across regions through the gateway, against a home server and a regional server:
 a global rule's key decided at the floor until the home answers, the home's record of this
-gateway's report and its grant, the reports stopped by close; a global rule without a region
+gateway's report and its grant, then a burst admitted by the allocation; the reports stopped by
+close; a global rule without a region
 refused."""
 
 import asyncio
 import os
+import time
 
 import pytest
 from gateway_support import gateway, http, policy
@@ -48,6 +50,14 @@ async def test_a_global_key_runs_at_the_floor_then_at_the_homes_allocation(serve
             assert 10 <= demand <= 100, record
             # The only region asking is granted the pool but the other region's floor.
             assert granted == 88, record
+            # Once the floor's state has drained (GCRA carries it into the new limit), a burst
+            # is admitted by the allocation: the pool's half or more (a report with less demand
+            # is answered the safe share, 45), never more than 88 and what 88 a second adds.
+            await asyncio.sleep(1.0)
+            start = time.monotonic()
+            n = await admitted(client, 150)
+            elapsed = time.monotonic() - start
+            assert 45 <= n <= 88 + 88 * elapsed + 1, (n, elapsed)
         await gw.close()
         assert gw._reporter._task is None
     finally:

@@ -42,6 +42,7 @@ export class RL {
   async renew(key, holder, lease) { return this.execute(commands.renew(key, holder, lease)); }
   async settle(key, id, actual, options) { return this.execute(commands.settle(key, id, actual, options)); }
   async info(key) { return this.execute(commands.info(key)); }
+  async allocate(req, options) { return this.execute(commands.allocate(req), options); }
   async throttle(key, maxBurst, count, periodSeconds, quantity) {
     return this.execute(commands.throttle(key, maxBurst, count, periodSeconds, quantity));
   }

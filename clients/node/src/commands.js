@@ -96,3 +96,18 @@ export function throttle(k, maxBurst, count, periodSeconds, quantity) {
   if (quantity !== undefined && quantity !== null) args.push(countArg(quantity, 'quantity'));
   return command('CL.THROTTLE', args, [k], reply.parseThrottle);
 }
+
+// The most demand RL.ALLOCATE takes (units per period): a larger one is sent as this, since only
+// its share of the total matters.
+const MAX_DEMAND = 1e12;
+
+// RL.ALLOCATE on the home store of a global rule (one limit across regions):
+// { key, limit, region, reporter, demand, held, reserve, regions, lease }.
+export function allocate(req) {
+  const demand = countArg(req.demand, 'demand');
+  const args = [key(req.key), countArg(req.limit, 'limit'), key(req.region, 'region'), key(req.reporter, 'reporter'),
+    Number(demand) > MAX_DEMAND ? String(MAX_DEMAND) : demand, countArg(req.held, 'held'),
+    'RESERVE', countArg(req.reserve, 'RESERVE'), 'REGIONS', countArg(req.regions, 'REGIONS'),
+    'LEASE', durationArg(req.lease, 'LEASE')];
+  return command('RL.ALLOCATE', args, [args[0]], reply.parseAllocate);
+}

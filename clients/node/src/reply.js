@@ -118,6 +118,16 @@ export function parseGrant(value) {
   };
 }
 
+export function parseAllocate(value) {
+  const r = fieldsOf(value, ['allocation', 'lease_ms', 'region_demand', 'total_demand'], 'RL.ALLOCATE');
+  return {
+    allocation: asInt(r.allocation, 'allocation'),
+    lease_ms: asInt(r.lease_ms, 'lease_ms'),
+    region_demand: asInt(r.region_demand, 'region_demand'),
+    total_demand: asInt(r.total_demand, 'total_demand'),
+  };
+}
+
 export function parseAcquire(value) {
   const r = fieldsOf(value, ['acquired', 'holder', 'in_flight', 'retry_after_ms'], 'RL.ACQUIRE');
   return {

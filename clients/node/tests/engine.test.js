@@ -331,9 +331,11 @@ describe('policy vectors', () => {
         // `text` gives the document's exact bytes, for messages that cite a position.
         const doc = c.text ?? JSON.stringify(c.policy);
         let refused = null;
+        // A gateway in the policy's first region, if it names regions: a global rule needs one.
+        const region = Array.isArray(c.policy?.regions) ? c.policy.regions[0] : undefined;
         try {
           // Loaded at the vectors' clock: an override may expire at most 90 days after it.
-          new Engine(doc, { nowUs: START_US });
+          new Engine(doc, { nowUs: START_US, region });
         } catch (err) {
           refused = err.message;
         }

@@ -14,6 +14,7 @@ use rl_engine::metrics::{Event, MetricsHook};
 use rl_engine::{Answer, Caller, Instant, Metrics, Mode, Options, Policy, Request, Step};
 use serde_json::Value;
 
+mod allocation;
 mod convert;
 mod events;
 pub mod headers;
@@ -49,6 +50,9 @@ pub struct EngineOptions {
     /// When the policy is loaded (Unix microseconds), by default the system clock's now: an
     /// override may expire at most 90 days after it.
     pub now_us: Option<f64>,
+    /// This gateway's region, one of the policy's `regions`: without one a policy with a
+    /// global rule is refused (and so is any reload that adds one).
+    pub region: Option<String>,
 }
 
 /// A policy document loaded at `now_us`, or by the system clock.
@@ -58,6 +62,14 @@ fn load(policy: &str, now_us: Option<f64>) -> Result<Policy> {
         None => Policy::from_json(policy),
     }
     .map_err(reason)
+}
+
+/// As `load`, for a gateway in `region` (None: none given): a global rule needs a region, and
+/// the region must be one of the policy's `regions`.
+fn load_for(policy: &str, now_us: Option<f64>, region: Option<&str>) -> Result<Policy> {
+    let policy = load(policy, now_us)?;
+    policy.require_region(region).map_err(reason)?;
+    Ok(policy)
 }
 
 #[napi(object)]
@@ -98,6 +110,8 @@ pub struct Tables {
 pub struct Engine {
     engine: rl_engine::Engine,
     events: Option<Arc<Queue>>,
+    /// This gateway's region, which every policy loaded must allow.
+    region: Option<String>,
 }
 
 #[napi]
@@ -105,7 +119,12 @@ impl Engine {
     /// Throws the policy's refusal, with the contract's exact message.
     #[napi(constructor)]
     pub fn new(policy: String, options: Option<EngineOptions>) -> Result<Engine> {
-        let policy = load(&policy, options.as_ref().and_then(|o| o.now_us))?;
+        let region = options.as_ref().and_then(|o| o.region.clone());
+        let policy = load_for(
+            &policy,
+            options.as_ref().and_then(|o| o.now_us),
+            region.as_deref(),
+        )?;
         let defaults = Options::default();
         let events = options
             .as_ref()
@@ -129,6 +148,7 @@ impl Engine {
         Ok(Engine {
             engine: rl_engine::Engine::new(policy, Arc::new(Metrics::new(hook)), options),
             events,
+            region,
         })
     }
 
@@ -136,11 +156,36 @@ impl Engine {
     /// `nowUs`: when it is loaded (Unix microseconds), by default the system clock's now.
     #[napi]
     pub fn reload(&self, policy: String, now_us: Option<f64>) -> Result<f64> {
-        let policy = load(&policy, now_us)?;
+        let policy = load_for(&policy, now_us, self.region.as_deref())?;
         self.engine
             .reload(policy)
             .map(|p| p.version as f64)
             .map_err(reason)
+    }
+
+    /// The global rules' reports due at `nowUs` (Unix microseconds), for the home store
+    /// (`RL.ALLOCATE`); each goes back to `allocated` with its answer.
+    #[napi]
+    pub fn allocation_reports(&self, now_us: f64) -> Vec<allocation::ReportOut> {
+        self.engine
+            .allocation_reports(instant(now_us))
+            .into_iter()
+            .map(allocation::report_out)
+            .collect()
+    }
+
+    /// The home store's answer to `report`, or null when it did not answer: the key keeps its
+    /// allocation until the lease ends.
+    #[napi]
+    pub fn allocated(
+        &self,
+        report: allocation::ReportOut,
+        answer: Option<allocation::AllotmentIn>,
+    ) {
+        self.engine.allocated(
+            &allocation::report_in(report),
+            answer.map(allocation::allotment_in),
+        );
     }
 
     /// When the snapshot in force was published (Unix microseconds), for a gateway following

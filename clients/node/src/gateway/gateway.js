@@ -12,6 +12,7 @@ import { RL, withDeadline } from '../client.js';
 import { loopLag } from './lag.js';
 import { engine as addon } from './native.js';
 import { PolicyError, PolicyStore } from './policy.js';
+import { defaultReporter, Reporter } from './regions.js';
 
 // A release, a refund or a settlement not answered in this long is abandoned: a lease expires
 // on its own, a reservation stays at its estimate.
@@ -151,7 +152,11 @@ export class Gateway {
   // `legacyHeaders`, `logSample` (the share of admissions recorded, 0 to 1, default 0.001),
   // `logPerSecond` (the most decision records a second, default 100), `tableBytes` (each local table's
   // bound in bytes, default 32 MiB), `logger`, `hook(event)`, `identify(request)` (async,
-  // `{ user, tenant }`).
+  // `{ user, tenant }`). One limit across regions (a policy's `global` rules): `region` (this
+  // gateway's, one of the policy's `regions`), `home` (the home store: a client, adapter or RL)
+  // and `reporter` (this gateway's name among the region's reporters; the host's name and the
+  // process id by default); a policy with a global rule and no region is refused. The reports
+  // run until `close()`.
   constructor(options) {
     const { Engine } = addon();
     this.logger = options.logger ?? console;
@@ -161,7 +166,7 @@ export class Gateway {
     try {
       this.engine = new Engine(this.policies.text, { legacyHeaders: Boolean(options.legacyHeaders),
         logSample: options.logSample ?? 0.001, logPerSecond: options.logPerSecond, tableBytes: options.tableBytes, seed: randomBytes(6).readUIntBE(0, 6),
-        events: Boolean(this.hook) });
+        events: Boolean(this.hook), region: options.region ?? undefined });
     } catch (err) {
       throw new PolicyError(err.message);
     }
@@ -171,6 +176,14 @@ export class Gateway {
     // The server blocks a connection while its WAIT waits: durable routes go on their own.
     this.durable = options.durableStore ? this.client(options.durableStore) : this.rl;
     this.events();
+    if ((options.region == null) !== (options.home == null)) {
+      throw new TypeError("redis-rl: region and home go together: a region's allocations are the home store's answers");
+    }
+    this.reporter = options.region == null ? null : new Reporter({
+      engine: this.engine, nowUs, region: options.region, name: options.reporter ?? defaultReporter(),
+      home: options.home instanceof RL ? options.home : new RL(options.home, { logger: this.logger }),
+      logger: this.logger,
+    });
     const engine = this.engine;
     this.metrics = {
       render: () => engine.metrics(),
@@ -211,6 +224,11 @@ export class Gateway {
 
   get policy() {
     return { version: this.engine.policyVersion };
+  }
+
+  // Stops the reports to the home store.
+  close() {
+    this.reporter?.stop();
   }
 
   // Re-reads the policy file; throws a PolicyError (and keeps the snapshot in force) when

@@ -1,0 +1,89 @@
+// One limit across regions through the gateway, against a home server and a regional server: a
+// global rule's key decided at the floor until the home answers, the home's record of this
+// gateway's report and its grant, then a burst admitted by the allocation; the reports stopped
+// by close; a global rule without a region refused, naming the rule.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Gateway, PolicyError } from '../src/index.js';
+import { fresh, quiet, serveGateway } from './support/gateway.js';
+import { Server } from './support/server.js';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// 100 a second shared by two regions, a tenth held back, reported every 500 ms: the pool is 90
+// and the floor 2 (the pool's 5 % over two regions).
+const policy = (prefix) => ({
+  version: 1, default: { rules: [] }, regions: ['eu', 'us'], identity: { tenant: 'x-tenant' },
+  rules: { tenant: { key: `{${prefix}:\${tenant}}:tenant`, limit: 100, period: '1s',
+    global: { reserve: 0.1, every: '500ms' } } },
+  routes: [{ method: 'GET', path: '/', rules: ['tenant'] }],
+});
+
+describe('one limit across regions', () => {
+  let regional;
+  let home;
+  const clients = [];
+  before(async () => {
+    regional = await Server.start();
+    home = await Server.start();
+  });
+  after(async () => {
+    for (const c of clients) c.disconnect();
+    await regional?.stop();
+    await home?.stop();
+  });
+
+  test('the floor until the home answers, the home keeps the report, then the allocation', async () => {
+    const prefix = fresh();
+    const [store, homeIo, reader] = [await regional.ioredis(), await home.ioredis(), await home.ioredis()];
+    clients.push(store, homeIo, reader);
+    const served = await serveGateway({ store, policy: policy(prefix), region: 'eu', home: homeIo, reporter: 'gw-1' });
+    const admitted = async (n) => {
+      let ok = 0;
+      for (let i = 0; i < n; i++) {
+        const res = await fetch(served.url, { headers: { 'x-tenant': 'atlas' } });
+        await res.arrayBuffer();
+        assert.ok(res.status === 200 || res.status === 429, String(res.status));
+        if (res.status === 200) ok++;
+      }
+      return ok;
+    };
+    try {
+      // No answer yet: the floor's 2, however many ask.
+      assert.equal(await admitted(10), 2);
+      // The first report goes a quarter of `every` (a jump) to `every` after the key's first
+      // request; the home keeps it.
+      const key = `{${prefix}:atlas}:tenant`;
+      let record = {};
+      for (let i = 0; i < 100 && Object.keys(record).length === 0; i++) {
+        record = await reader.hgetall(key);
+        if (Object.keys(record).length === 0) await sleep(20);
+      }
+      assert.deepEqual(Object.keys(record), ['eu gw-1']);
+      const [demand, , granted] = record['eu gw-1'].split(' ').map(Number);
+      // Ten asked within a period, reported per period.
+      assert.ok(demand >= 10 && demand <= 100, JSON.stringify(record));
+      // The only region asking is granted the pool but the other region's floor.
+      assert.equal(granted, 88, JSON.stringify(record));
+      // Once the floor's state has drained (GCRA carries it into the new limit), a burst is
+      // admitted by the allocation: the safe share (45) or more, never more than 88 and what 88
+      // a second adds.
+      await sleep(1000);
+      const start = performance.now();
+      const n = await admitted(150);
+      const elapsed = (performance.now() - start) / 1000;
+      assert.ok(n >= 45 && n <= 88 + 88 * elapsed + 1, `${n} in ${elapsed}s`);
+    } finally {
+      served.gateway.close();
+      await served.close();
+    }
+    assert.equal(served.gateway.reporter.timer, null);
+  });
+
+  test('a global rule without a region is refused, naming the rule', () => {
+    assert.throws(() => new Gateway({ store: {}, logger: quiet, policy: policy(fresh()) }),
+      (err) => err instanceof PolicyError && /rules\.tenant\.global/.test(err.message));
+    assert.throws(() => new Gateway({ store: {}, logger: quiet, policy: policy(fresh()), region: 'mars', home: {} }),
+      (err) => err instanceof PolicyError && /'mars' is not one of/.test(err.message));
+  });
+});

@@ -33,6 +33,13 @@ export interface MultiDecision {
 export interface GrantReply { granted: number; remaining: number; valid_ms: number; retry_after_ms: number }
 export interface Lease { acquired: boolean; holder: string | null; in_flight: number; retry_after_ms: number }
 export interface Settlement { delta: number; remaining: number }
+/** RL.ALLOCATE's answer: what the reporter's region may admit until the lease ends. */
+export interface Allotment { allocation: number; lease_ms: number; region_demand: number; total_demand: number }
+/** RL.ALLOCATE on the home store of a global rule; `lease` in ms or as text ("2s"). */
+export interface AllocateRequest {
+  key: Bytes; limit: number; region: string; reporter: string; demand: number; held: number;
+  reserve: number; regions: number; lease: Duration;
+}
 export interface Info {
   algo: Algo | 'semaphore'; limit: number; period_ms: number; capacity: number; remaining: number; reset_after_ms: number;
   ttl_ms: number; tat_us?: number; tokens?: number; updated_us?: number; window_start_ms?: number; count?: number;
@@ -52,6 +59,7 @@ export namespace commands {
   function renew(key: Bytes, holder: Bytes, lease: Duration): Command<boolean>;
   function settle(key: Bytes, id: Bytes, actual: number, options?: { forget?: boolean }): Command<Settlement | null>;
   function info(key: Bytes): Command<Info | null>;
+  function allocate(req: AllocateRequest): Command<Allotment>;
   function throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Command<Throttle>;
 }
 
@@ -93,6 +101,7 @@ export class RL {
   /** `forget`: then forget the reservation, so the id reserves (and is charged) anew. */
   settle(key: Bytes, id: Bytes, actual: number, options?: { forget?: boolean }): Promise<Settlement | null>;
   info(key: Bytes): Promise<Info | null>;
+  allocate(req: AllocateRequest, options?: CallOptions): Promise<Allotment>;
   throttle(key: Bytes, maxBurst: number, count: number, periodSeconds: number, quantity?: number): Promise<Throttle>;
   execute<T>(cmd: Command<T>, options?: CallOptions): Promise<T>;
 }
@@ -204,6 +213,12 @@ export interface GatewayOptions {
   logger?: Logger;
   hook?(event: GatewayEvent): void;
   identify?(request: GatewayRequest): Promise<{ user?: string; tenant?: string } | undefined> | { user?: string; tenant?: string } | undefined;
+  /** One limit across regions: this gateway's region (one of the policy's `regions`), with
+   * `home`, the home store its global rules' allocations are asked of. */
+  region?: string;
+  home?: Store | RL;
+  /** This gateway's name among its region's reporters (default: host name and process id). */
+  reporter?: string;
 }
 /** Header values as node:http gives them: one code unit per byte received. */
 export interface GatewayRequest {
@@ -252,6 +267,8 @@ export class Gateway {
   readonly policy: { version: number };
   readonly metrics: { render(): string; count(route: string, rule: string, outcome: string): number };
   reload(): { version: number };
+  /** Stops the reports to the home store (with `region`). */
+  close(): void;
   decide(request: GatewayRequest): Promise<GatewayDecision | null>;
   /** Keyed checks under the policy's route named `route`, all admitted or none (a route the
    * policy lacks: 500); a rule the policy lacks rejects, naming it, and nothing is decided. */

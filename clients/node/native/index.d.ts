@@ -11,6 +11,16 @@ export declare class Engine {
    */
   reload(policy: string, nowUs?: number | undefined | null): number
   /**
+   * The global rules' reports due at `nowUs` (Unix microseconds), for the home store
+   * (`RL.ALLOCATE`); each goes back to `allocated` with its answer.
+   */
+  allocationReports(nowUs: number): Array<ReportOut>
+  /**
+   * The home store's answer to `report`, or null when it did not answer: the key keeps its
+   * allocation until the lease ends.
+   */
+  allocated(report: ReportOut, answer?: AllotmentIn | undefined | null): void
+  /**
    * When the snapshot in force was published (Unix microseconds), for a gateway following
    * a store: the metrics then show `rl_gateway_policy_age_seconds`.
    */
@@ -123,6 +133,14 @@ export declare class Pending {
   abandon(): Array<CallOut>
 }
 
+/** The home store's answer (`RL.ALLOCATE`'s reply). */
+export interface AllotmentIn {
+  allocation: number
+  leaseMs: number
+  regionDemand: number
+  totalDemand: number
+}
+
 export interface CallerIn {
   user?: string
   tenant?: string
@@ -185,6 +203,11 @@ export interface EngineOptions {
    * override may expire at most 90 days after it.
    */
   nowUs?: number
+  /**
+   * This gateway's region, one of the policy's `regions`: without one a policy with a
+   * global rule is refused (and so is any reload that adds one).
+   */
+  region?: string
 }
 
 /** A metrics event, as the application's hook receives it. */
@@ -232,6 +255,22 @@ export interface LogOut {
  * pairs, one item per rule in order; no rule, no field.
  */
 export declare function renderHeaders(rules: Array<ShownRule>, legacy?: boolean | undefined | null): Array<Array<string>>
+
+/** One report for the home store (`RL.ALLOCATE`), handed back to `allocated` with its answer. */
+export interface ReportOut {
+  /** The rule's name (for logs) and the key, as the regional store knows it. */
+  rule: string
+  key: string
+  terms: TermsOut
+  /**
+   * Units asked per period of the rule since the last report, and what this gateway
+   * enforces now.
+   */
+  demand: number
+  held: number
+  /** When the report was taken (Unix microseconds): the answer's lease counts from here. */
+  sentUs: number
+}
 
 /** A request; its headers are `begin`'s second argument. */
 export interface RequestIn {
@@ -281,6 +320,14 @@ export interface Tables {
 export interface TableUse {
   entries: number
   bytes: number
+}
+
+/** The terms the home store allocates a global rule's limit by. */
+export interface TermsOut {
+  limit: number
+  reserve: number
+  regions: number
+  leaseMs: number
 }
 
 export interface VerdictOut {

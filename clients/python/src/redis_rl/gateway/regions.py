@@ -93,9 +93,10 @@ class Reporter:
         next report back."""
         terms = report.terms
         wait = max(terms["lease_ms"] // 5, 100) / 1000
+        lease = datetime.timedelta(milliseconds=terms["lease_ms"])
         call = self.home.allocate(report.key, terms["limit"], self.region, self.name,
                                   report.demand, report.held, reserve=terms["reserve"],
-                                  regions=terms["regions"], lease=datetime.timedelta(milliseconds=terms["lease_ms"]))
+                                  regions=terms["regions"], lease=lease)
         try:
             return await asyncio.wait_for(call, wait), None
         except asyncio.TimeoutError:

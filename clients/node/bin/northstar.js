@@ -3,14 +3,20 @@
 // with /healthz, /metrics and POST /-/reload served by the gateway itself.
 //
 //   northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]
+//             [--region NAME --home redis://HOST:PORT [--reporter NAME]]
+import os from 'node:os';
 import express from 'express';
 import Redis from 'ioredis';
 import { expressMiddleware, Gateway, PolicyError, PolicyStore } from '../src/index.js';
 
-const USAGE = 'usage: northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]';
+const USAGE = 'usage: northstar --redis redis://127.0.0.1:6379 --listen 127.0.0.1:8080 --policy policy.json [--cluster]'
+  + ' [--region NAME --home redis://HOST:PORT [--reporter NAME]]';
 
 function parseArgs(argv) {
-  const args = { redis: 'redis://127.0.0.1:6379', listen: '127.0.0.1:8080', policy: null, cluster: false };
+  const args = {
+    redis: 'redis://127.0.0.1:6379', listen: '127.0.0.1:8080', policy: null, cluster: false,
+    region: null, home: null, reporter: null,
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -21,9 +27,13 @@ function parseArgs(argv) {
     else if (arg === '--listen') args.listen = value();
     else if (arg === '--policy') args.policy = value();
     else if (arg === '--cluster') args.cluster = true;
+    else if (arg === '--region') args.region = value();
+    else if (arg === '--home') args.home = value();
+    else if (arg === '--reporter') args.reporter = value();
     else throw new Error(`unknown argument ${arg}\n${USAGE}`);
   }
   if (!args.policy) throw new Error(`--policy is required\n${USAGE}`);
+  if ((args.region == null) !== (args.home == null)) throw new Error(`--region and --home go together\n${USAGE}`);
   return args;
 }
 
@@ -68,7 +78,14 @@ async function main() {
   await Promise.race([Promise.all(clients.map((c) => new Promise((r) => c.once('ready', r)))),
     new Promise((r) => { waited = setTimeout(r, START_WAIT_MS); })]);
   clearTimeout(waited);
-  const gateway = new Gateway({ store: clients[0], durableStore: clients[1], policy: policies });
+  // The home store of a region's global rules (section 15), when this gateway has a region; its
+  // reporter name is this host and port, stable across restarts.
+  const regional = args.region == null ? {} : {
+    region: args.region,
+    home: connect(args.home, false),
+    reporter: args.reporter ?? `${os.hostname()}:${args.listen.slice(args.listen.lastIndexOf(':') + 1)}`,
+  };
+  const gateway = new Gateway({ store: clients[0], durableStore: clients[1], policy: policies, ...regional });
   const app = express();
   // The gateway reads the socket's peer and walks X-Forwarded-For itself, past the policy's
   // trusted_proxies only; express's own walk (req.ip) stays off, as its default has it.

@@ -83,6 +83,7 @@ struct Head {
 /// Header (26 bytes), the largest fixed-size state (`bucket` and `sliding`, 24 bytes) and an
 /// empty reservation count (4 bytes).
 const HEAD_CAPACITY: usize = 64;
+const _: () = assert!(2 + 3 * 8 + 24 + 4 <= HEAD_CAPACITY);
 
 impl Default for Head {
     fn default() -> Self {

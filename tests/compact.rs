@@ -200,3 +200,61 @@ fn lazily_freed_keys_release_their_rules_while_the_server_writes_and_saves() {
     assert_eq!(before, after);
     assert_eq!(admit(&mut c, "after:0 10 1h")[1], 8);
 }
+
+/// `MEMORY USAGE` of a key of each shape is within a tenth of what the key costs: its
+/// `used_memory` delta per key, less what a string key's `MEMORY USAGE` also leaves out (the
+/// server's own per-key structures), over the same key names with an expiry alike.
+#[test]
+fn memory_usage_tells_what_a_key_costs_within_a_tenth() {
+    const KEYS: usize = 4000;
+    let server = Server::start();
+    let mut c = server.conn();
+    let used = |c: &mut Connection| -> i64 {
+        info_field(c, "memory", "used_memory")
+            .expect("used_memory")
+            .parse()
+            .expect("a number")
+    };
+    // (bytes per key by the used_memory delta, MEMORY USAGE of user:0)
+    let mut measure = |command: &str| -> (f64, i64) {
+        let _: () = cmd("FLUSHALL").arg("SYNC").query(&mut c).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let before = used(&mut c);
+        let mut pipe = redis::pipe();
+        for i in 0..KEYS {
+            let line = command.replace("{i}", &i.to_string());
+            let mut words = line.split(' ');
+            let mut one = cmd(words.next().unwrap());
+            for w in words {
+                one.arg(w);
+            }
+            pipe.add_command(one).ignore();
+        }
+        let _: () = pipe.query(&mut c).unwrap();
+        // Let the incremental rehashing of the key tables finish, as the bench does.
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let delta = used(&mut c) - before;
+        let size: usize = cmd("DBSIZE").query(&mut c).unwrap();
+        assert_eq!(size, KEYS, "{command}");
+        (delta as f64 / KEYS as f64, usage(&mut c, "user:0"))
+    };
+    let (string_bytes, string_usage) = measure("SET user:{i} 1764000000000000000 PX 3600000");
+    let left_out = string_bytes - string_usage as f64;
+    for command in [
+        "RL.ADMIT user:{i} 10 3650d",
+        "RL.ADMIT user:{i} 10 3650d ALGO bucket",
+        "RL.ACQUIRE user:{i} 1000 1h ID h-000000000012-3",
+        "RL.ADMIT user:{i} 1000 3650d RESERVE r-000000000012-3",
+    ] {
+        let (bytes, reported) = measure(command);
+        let truth = bytes - left_out;
+        let off = (reported as f64 - truth).abs() / truth;
+        assert!(
+            off <= 0.10,
+            "{command}: MEMORY USAGE {reported}, the key costs {bytes:.1} B, {truth:.1} B \
+             besides what a string key's leaves out ({string_bytes:.1} - {string_usage}): \
+             {:.1} % off",
+            off * 100.0
+        );
+    }
+}

@@ -24,8 +24,11 @@ use crate::time::Instant;
 /// One report for the home store: what `RL.ALLOCATE` is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocationReport {
-    /// The rule's name (for metrics and logs) and the key, as the regional store knows it.
+    /// The rule's name (for metrics and logs).
     pub rule: String,
+    /// The key on the home store: [`HOME_PREFIX`] and the key the regional store counts on,
+    /// so a home that is also a region's store keeps the two apart (a hash tag stays the
+    /// key's, and with it the slot).
     pub key: String,
     pub terms: Terms,
     /// Units asked (admitted and refused) per period of the rule since the last report.
@@ -87,7 +90,7 @@ impl Entry {
         self.sending = true;
         AllocationReport {
             rule: self.rule.clone(),
-            key: key.to_string(),
+            key: format!("{HOME_PREFIX}{key}"),
             terms: self.terms,
             demand,
             held,
@@ -103,6 +106,9 @@ impl Entry {
         self.terms.enforced(granted, since)
     }
 }
+
+/// What a global key's name on the home store starts with.
+pub const HOME_PREFIX: &str = "rl:alloc:";
 
 /// A jump in demand is reported this fraction of `every` after the last report at the
 /// earliest...
@@ -241,7 +247,8 @@ impl Allocations {
     /// what it had; its lease runs on).
     pub(crate) fn answered(&self, report: &AllocationReport, answer: Option<Allotment>) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(entry) = table.peek_mut(report.key.as_str()) else {
+        let key = report.key.strip_prefix(HOME_PREFIX).unwrap_or(&report.key);
+        let Some(entry) = table.peek_mut(key) else {
             return;
         };
         entry.sending = false;

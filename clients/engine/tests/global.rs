@@ -124,7 +124,7 @@ fn the_floor_then_the_answer_then_the_smaller_of_it_and_the_safe_share() {
     let reports = engine.allocation_reports(at(2_000));
     assert_eq!(reports.len(), 1);
     let report = &reports[0];
-    assert_eq!(report.key, "{t:atlas}:tenant");
+    assert_eq!(report.key, "rl:alloc:{t:atlas}:tenant");
     assert_eq!(report.rule, "tenant");
     // 100 requests in 2 s: 50 a second.
     assert_eq!(report.demand, 50);

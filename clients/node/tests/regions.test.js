@@ -57,7 +57,7 @@ describe('one limit across regions', () => {
       assert.ok(floor >= 2 && floor <= 2 + Math.ceil(2 * took), `${floor} in ${took}s`);
       // The first report goes a quarter of `every` (a jump) to `every` after the key's first
       // request; the home keeps it.
-      const key = `{${prefix}:atlas}:tenant`;
+      const key = `rl:alloc:{${prefix}:atlas}:tenant`;
       let record = {};
       for (let i = 0; i < 100 && Object.keys(record).length === 0; i++) {
         record = await reader.hgetall(key);

@@ -44,7 +44,7 @@ async def test_a_global_key_runs_at_the_floor_then_at_the_homes_allocation(serve
             # The first report goes `every` after the key's first request; the home keeps it.
             record = {}
             for _ in range(100):
-                record = home.conn().hgetall("{g:atlas}:tenant")
+                record = home.conn().hgetall("rl:alloc:{g:atlas}:tenant")
                 if record:
                     break
                 await asyncio.sleep(0.02)

@@ -358,7 +358,7 @@ async fn the_home_may_be_a_cluster() {
         .get_connection()
         .unwrap();
     let record: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("{t:atlas}:tenant")
+        .arg("rl:alloc:{t:atlas}:tenant")
         .query(&mut conn)
         .unwrap();
     assert_eq!(record.len(), 1, "{record:?}");

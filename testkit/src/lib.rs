@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 pub use redis::{cmd, Connection, Value};
 
 pub mod cluster;
+pub mod sentinel;
 
 static BUILD: Once = Once::new();
 

@@ -126,12 +126,18 @@ pub struct Serve {
     /// --store by the region's allocation, which --home answers.
     #[arg(long, value_name = "NAME", requires = "home")]
     pub region: Option<String>,
-    /// redis://HOST:PORT of the home store, where the regions' allocations are made.
-    #[arg(long, value_name = "URL", requires = "region")]
-    pub home: Option<String>,
-    /// The home store is a Redis Cluster (--home names one of its nodes).
-    #[arg(long, requires = "home")]
+    /// redis://HOST:PORT of the home store, where the regions' allocations are made. With
+    /// --home-cluster or --home-sentinel, one or more of the Cluster's nodes or of the Sentinels
+    /// (the flag repeated, or the URLs separated by commas).
+    #[arg(long, value_name = "URL", requires = "region", value_delimiter = ',')]
+    pub home: Vec<String>,
+    /// The home store is a Redis Cluster (--home names its nodes).
+    #[arg(long, requires = "home", conflicts_with = "home_sentinel")]
     pub home_cluster: bool,
+    /// The home store is the primary that Sentinel knows by NAME (--home names the Sentinels):
+    /// reports follow it through a failover.
+    #[arg(long, value_name = "NAME", requires = "home")]
+    pub home_sentinel: Option<String>,
     /// This gateway's name among its region's reporters: stable across restarts, unique in
     /// the region (the default is the host's name and the first listening port).
     #[arg(long, value_name = "NAME", requires = "region")]

@@ -1,10 +1,11 @@
-//! `--region`, `--home`, `--home-cluster` and `--reporter`: the home store this gateway reports
+//! `--region`, `--home`, `--home-cluster`, `--home-sentinel` and `--reporter`: the home store this gateway reports
 //! to (section 15), connected in the background so that a home down at start delays nothing
 //! but the first allocations (the keys start at the floor meanwhile).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::IntoConnectionInfo;
 use redis_rl_client::gateway::connect::Store;
 use redis_rl_client::{Gateway, Rl, RlConnection};
 use rl_core::allocate::valid_name;
@@ -12,30 +13,62 @@ use rl_gateway::regions::Reporter;
 use tokio::sync::watch;
 
 use crate::cli::Serve;
+use crate::sentinel::SentinelPrimary;
 
 pub struct Home {
-    url: String,
-    cluster: bool,
+    urls: Vec<String>,
+    kind: Kind,
     region: String,
     reporter: String,
+}
+
+/// What --home names.
+enum Kind {
+    /// One server.
+    Server,
+    /// A Redis Cluster's nodes (--home-cluster).
+    Cluster,
+    /// Sentinels, and the name they know the primary by (--home-sentinel).
+    Sentinel(String),
 }
 
 impl Home {
     /// The home store the flags name, checked; `None` without `--home`.
     pub fn of(args: &Serve) -> Result<Option<Home>, String> {
-        let (Some(region), Some(url)) = (&args.region, &args.home) else {
+        let Some(region) = &args.region else {
             return Ok(None);
         };
+        if args.home.is_empty() {
+            return Ok(None);
+        }
         if !valid_name(region.as_bytes()) {
             return Err(format!(
                 "--region {region}: must be 1 to 64 bytes of letters, digits, '-', '_', '.' and ':'"
             ));
         }
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err(format!(
-                "--home {url}: expected redis://HOST:PORT or rediss://HOST:PORT"
-            ));
+        for url in &args.home {
+            let scheme = url.starts_with("redis://") || url.starts_with("rediss://");
+            if !scheme || url.as_str().into_connection_info().is_err() {
+                return Err(format!(
+                    "--home {url}: expected redis://HOST:PORT or rediss://HOST:PORT"
+                ));
+            }
         }
+        let kind = match (&args.home_sentinel, args.home_cluster) {
+            (Some(name), _) if name.is_empty() => {
+                return Err("--home-sentinel: the primary's name is empty".to_string())
+            }
+            (Some(name), _) => Kind::Sentinel(name.clone()),
+            (None, true) => Kind::Cluster,
+            (None, false) if args.home.len() > 1 => {
+                return Err(format!(
+                    "--home names {} servers: the home store is one server, or a Cluster's nodes \
+                     with --home-cluster, or Sentinels with --home-sentinel NAME",
+                    args.home.len()
+                ))
+            }
+            (None, false) => Kind::Server,
+        };
         let reporter = match &args.reporter {
             Some(name) => name.clone(),
             None => default_reporter(args),
@@ -46,8 +79,8 @@ impl Home {
             ));
         }
         Ok(Some(Home {
-            url: url.clone(),
-            cluster: args.home_cluster,
+            urls: args.home.clone(),
+            kind,
             region: region.clone(),
             reporter,
         }))
@@ -59,28 +92,32 @@ impl Home {
         gateway: Arc<Gateway<C>>,
         stop: watch::Receiver<bool>,
     ) {
+        let home = self.urls.join(",");
         tracing::info!(
             region = %self.region,
             reporter = %self.reporter,
-            home = %self.url,
+            home = %home,
             "reporting the global rules' demand to the home store"
         );
         tokio::spawn(async move {
-            if self.cluster {
-                let Some(conn) = self.cluster_connection(stop.clone()).await else {
-                    return;
-                };
-                self.reporter(conn).run(gateway, stop).await;
-            } else {
-                let client = match redis::Client::open(self.url.as_str()) {
-                    Ok(client) => client,
-                    Err(e) => {
-                        tracing::error!("--home {}: {e}", self.url);
-                        return;
+            match &self.kind {
+                Kind::Cluster => {
+                    if let Some(conn) = self.cluster_connection(stop.clone()).await {
+                        self.reporter(conn).run(gateway, stop).await;
                     }
-                };
-                let conn = Store::connect(client);
-                self.reporter(conn).run(gateway, stop).await;
+                }
+                Kind::Sentinel(name) => match SentinelPrimary::new(&self.urls, name) {
+                    Ok(conn) => self.reporter(conn).run(gateway, stop).await,
+                    Err(e) => tracing::error!("--home {home}: {e}"),
+                },
+                Kind::Server => match redis::Client::open(home.as_str()) {
+                    Ok(client) => {
+                        self.reporter(Store::connect(client))
+                            .run(gateway, stop)
+                            .await
+                    }
+                    Err(e) => tracing::error!("--home {home}: {e}"),
+                },
             }
         });
     }
@@ -98,17 +135,18 @@ impl Home {
         &self,
         mut stop: watch::Receiver<bool>,
     ) -> Option<redis::cluster_async::ClusterConnection> {
-        let client = match redis::cluster::ClusterClient::new(vec![self.url.as_str()]) {
+        let home = self.urls.join(",");
+        let client = match redis::cluster::ClusterClient::new(self.urls.clone()) {
             Ok(client) => client,
             Err(e) => {
-                tracing::error!("--home {}: {e}", self.url);
+                tracing::error!("--home {home}: {e}");
                 return None;
             }
         };
         loop {
             match client.get_async_connection().await {
                 Ok(conn) => return Some(conn),
-                Err(e) => tracing::warn!("--home {}: {e}; trying again in a second", self.url),
+                Err(e) => tracing::warn!("--home {home}: {e}; trying again in a second"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}

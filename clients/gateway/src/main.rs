@@ -4,6 +4,7 @@
 mod cli;
 mod home;
 mod policy_cli;
+mod sentinel;
 mod serve;
 
 use std::io::IsTerminal as _;

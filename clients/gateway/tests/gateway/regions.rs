@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::common::sentinel::Sentinel;
 use crate::common::Server;
 use crate::support::{policy_file, upstream, Gateway};
 
@@ -298,6 +299,31 @@ async fn three_regions_share_one_limit_within_the_reserve() {
     drop(regionals);
 }
 
+/// Sends the tenant's requests until this gateway is allocated more than the floor, which
+/// only the home's answer to one of its reports can raise it from: the floor is 90 / 40 = 2 a
+/// second, and a region alone with demand is answered most of the pool.
+async fn allocated(gw: &Gateway, from: &str) {
+    let client = reqwest::Client::new();
+    let series = "rl_gateway_allocation_units{rule=\"tenant\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for _ in 0..20 {
+            let r = client
+                .get(format!("{}/r", gw.url("proxy")))
+                .header("x-tenant", "atlas")
+                .send()
+                .await
+                .unwrap();
+            assert!([200, 429].contains(&r.status().as_u16()));
+        }
+        if gauge(gw, series).await.is_some_and(|a| a > 40.0) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no allocation {from}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The home a Redis Cluster (`--home-cluster`): the region's reports reach the node that owns the
 /// key's slot, and its answer raises the allocation above the floor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,29 +356,7 @@ async fn the_home_may_be_a_cluster() {
     ]);
     gw.discard_log();
     gw.ready().await;
-    let client = reqwest::Client::new();
-    let series = "rl_gateway_allocation_units{rule=\"tenant\"}";
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // The floor is 90 / 40 = 2 a second; alone with demand, eu is answered most of the pool.
-    loop {
-        for _ in 0..20 {
-            let r = client
-                .get(format!("{}/r", gw.url("proxy")))
-                .header("x-tenant", "atlas")
-                .send()
-                .await
-                .unwrap();
-            assert!([200, 429].contains(&r.status().as_u16()));
-        }
-        if gauge(&gw, series).await.is_some_and(|a| a > 40.0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no allocation from the cluster home"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    allocated(&gw, "from the cluster home").await;
     let mut conn = redis::cluster::ClusterClient::new(vec![home_url.as_str()])
         .unwrap()
         .get_connection()
@@ -363,4 +367,126 @@ async fn the_home_may_be_a_cluster() {
         .unwrap();
     assert_eq!(record.len(), 1, "{record:?}");
     assert_eq!(record[0].0, "eu eu-1");
+}
+
+/// The home behind Sentinel (`--home-sentinel`): the reports reach the primary Sentinel names,
+/// and after a failover they reach the new primary (the old one, back as a replica, answers
+/// `READONLY`, which sends the gateway to the Sentinel again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_may_be_behind_sentinel() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&primary);
+    let mut sentinel = Sentinel::watch(&primary, 1);
+    let store = Server::start();
+    let (up, _) = upstream().await;
+    let mut doc = policy();
+    doc["regions"] = json!(["eu", "us"]);
+    let policy = policy_file(&doc);
+    let mut gw = Gateway::start(&[
+        "--store",
+        &format!("redis://127.0.0.1:{}", store.port),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--admin",
+        "127.0.0.1:0",
+        "--region",
+        "eu",
+        "--home",
+        &format!("redis://127.0.0.1:{}", sentinel.port),
+        "--home-sentinel",
+        "rl",
+        "--reporter",
+        "eu-1",
+    ]);
+    gw.discard_log();
+    gw.ready().await;
+    allocated(&gw, "from the primary Sentinel names").await;
+    let key = "rl:alloc:{t:atlas}:tenant";
+    let record = |server: &Server| -> Vec<String> {
+        redis::cmd("HKEYS")
+            .arg(key)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert_eq!(record(&primary), ["eu eu-1"]);
+
+    assert_eq!(sentinel.fail_over(), replica.port);
+    // The new primary holds the record by replication: removed, only a report sent to it
+    // after the failover writes it again.
+    crate::common::wait_until(10, "the replica to be promoted", || {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut replica.conn()).unwrap();
+        role.first() == Some(&redis::Value::BulkString(b"master".to_vec()))
+    });
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut replica.conn())
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while record(&replica).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no report reached the new primary"
+        );
+        for _ in 0..10 {
+            let _ = client
+                .get(format!("{}/r", gw.url("proxy")))
+                .header("x-tenant", "atlas")
+                .send()
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(record(&replica), ["eu eu-1"]);
+}
+
+/// What cannot work is refused at start, with what to do instead: a global rule without a
+/// region, a region the policy does not name, two homes that are neither a Cluster's nodes nor
+/// Sentinels, a home that is not a Redis URL, and a Cluster that is also behind Sentinel.
+#[test]
+fn the_region_flags_refuse_what_cannot_work() {
+    let store = Server::start();
+    let policy = policy_file(&policy());
+    let store_url = format!("redis://127.0.0.1:{}", store.port);
+    let serve = [
+        "--store",
+        store_url.as_str(),
+        "--policy",
+        policy.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ];
+    let cases: [(&[&str], &str); 5] = [
+        (&[], "rules.tenant.global: a global rule is enforced by allocation, and this gateway was given no region"),
+        (
+            &["--region", "mars", "--home", "redis://127.0.0.1:9"],
+            "this gateway's region 'mars' is not one of [eu, us, ap]",
+        ),
+        (
+            &["--region", "eu", "--home", "redis://127.0.0.1:9,redis://127.0.0.1:10"],
+            "--home names 2 servers: the home store is one server, or a Cluster's nodes with --home-cluster, or Sentinels with --home-sentinel NAME",
+        ),
+        (
+            &["--region", "eu", "--home", "http://127.0.0.1:9"],
+            "--home http://127.0.0.1:9: expected redis://HOST:PORT or rediss://HOST:PORT",
+        ),
+        (
+            &["--region", "eu", "--home", "redis://127.0.0.1:9", "--home-cluster", "--home-sentinel", "rl"],
+            "cannot be used with",
+        ),
+    ];
+    for (flags, said) in cases {
+        let args: Vec<&str> = serve.iter().chain(flags).copied().collect();
+        let (code, _, err) = crate::support::run(&args);
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(said), "{flags:?}: {err}");
+    }
 }

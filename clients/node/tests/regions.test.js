@@ -1,12 +1,14 @@
 // One limit across regions through the gateway, against a home server and a regional server: a
 // global rule's key decided at the floor until the home answers, the home's record of this
 // gateway's report and its grant, then a burst admitted by the allocation; the reports stopped
-// by close; a global rule without a region refused, naming the rule.
+// by close; a home behind Sentinel, given as ioredis's client of the primary it names; a global
+// rule without a region refused, naming the rule.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Gateway, PolicyError } from '../src/index.js';
 import { fresh, quiet, serveGateway } from './support/gateway.js';
-import { Server } from './support/server.js';
+import Redis from 'ioredis';
+import { Sentinel, Server } from './support/server.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -82,6 +84,32 @@ describe('one limit across regions', () => {
       await served.close();
     }
     assert.equal(served.gateway.reporter.timer, null);
+  });
+
+  test('the home may be behind Sentinel', async () => {
+    const prefix = fresh();
+    const sentinel = await Sentinel.start(home);
+    const store = await regional.ioredis();
+    const reader = await home.ioredis();
+    const primary = new Redis({ sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: Sentinel.NAME });
+    primary.on('error', () => {});
+    clients.push(store, reader, primary);
+    const served = await serveGateway({ store, policy: policy(prefix), region: 'eu', home: primary, reporter: 'gw-1' });
+    try {
+      const key = `rl:alloc:{${prefix}:atlas}:tenant`;
+      let record = {};
+      for (let i = 0; i < 100 && Object.keys(record).length === 0; i++) {
+        const res = await fetch(served.url, { headers: { 'x-tenant': 'atlas' } });
+        await res.arrayBuffer();
+        record = await reader.hgetall(key);
+        if (Object.keys(record).length === 0) await sleep(50);
+      }
+      assert.deepEqual(Object.keys(record), ['eu gw-1']);
+    } finally {
+      served.gateway.close();
+      await served.close();
+      await sentinel.stop();
+    }
   });
 
   test('a global rule without a region is refused, naming the rule', () => {

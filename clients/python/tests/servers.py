@@ -98,6 +98,42 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Sentinel:
+    """A Sentinel (the server binary in --sentinel mode) watching `primary` as "rl", quorum 1."""
+
+    NAME = "rl"
+
+    def __init__(self, primary: Server):
+        self.dir = tempfile.mkdtemp(prefix="redis-rl-py-sentinel-")
+        self.port = free_port()
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                    f"sentinel monitor {self.NAME} 127.0.0.1 {primary.port} 1\n"
+                    f"sentinel down-after-milliseconds {self.NAME} 1000\n")
+        self.log = open(os.path.join(self.dir, "sentinel.log"), "ab")
+        self.proc = subprocess.Popen([server_binary(), conf, "--sentinel"], stdout=self.log,
+                                     stderr=subprocess.STDOUT, cwd=self.dir)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with redis.Redis(port=self.port, socket_timeout=1) as r:
+                    if r.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.NAME):
+                        return
+            except redis.exceptions.RedisError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("the Sentinel did not start")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class Cluster:
     """Three primaries, slots split in thirds, met with CLUSTER MEET (no CLI needed)."""
 

@@ -1,8 +1,8 @@
 """One limit across regions through the gateway, against a home server and a regional server:
 a global rule's key decided at the floor until the home answers, the home's record of this
 gateway's report and its grant, then a burst admitted by the allocation; the reports stopped by
-close; a global rule without a region
-refused."""
+close; a home behind Sentinel, given as redis-py's client of the primary it names; a global rule
+without a region refused."""
 
 import asyncio
 import math
@@ -10,9 +10,11 @@ import os
 import time
 
 import pytest
+import redis.asyncio
 from gateway_support import gateway, http, policy
-from servers import Server
+from servers import Sentinel, Server
 
+from redis_rl import AsyncClient
 from redis_rl.gateway import InvalidPolicy
 
 # 100 a second shared by two regions, a tenth held back, reported every 500 ms: the pool is 90
@@ -67,6 +69,28 @@ async def test_a_global_key_runs_at_the_floor_then_at_the_homes_allocation(serve
         await gw.close()
         assert gw._reporter._task is None
     finally:
+        home.close()
+
+
+async def test_the_home_may_be_behind_sentinel(server):
+    home = Server(module=os.environ.get("RL_MODE") != "script")
+    sentinel = Sentinel(home)
+    try:
+        primary = redis.asyncio.Sentinel([("127.0.0.1", sentinel.port)]).master_for(Sentinel.NAME)
+        gw = gateway(server.port, POLICY, region="eu", home=AsyncClient(primary), reporter="gw-1")
+        async with http(gw) as client:
+            record = {}
+            for _ in range(100):
+                await admitted(client, 2)
+                record = home.conn().hgetall("rl:alloc:{g:atlas}:tenant")
+                if record:
+                    break
+                await asyncio.sleep(0.05)
+            assert list(record) == ["eu gw-1"]
+        await gw.close()
+        await primary.aclose()
+    finally:
+        sentinel.close()
         home.close()
 
 

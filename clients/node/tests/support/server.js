@@ -3,7 +3,7 @@
 // and directory, killed when the test file ends. `RL_MODE=script` starts them without the module,
 // so the client runs in script mode.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -152,5 +152,35 @@ export class Cluster {
 
   async stop() {
     await Promise.all(this.nodes.map((n) => n.stop()));
+  }
+}
+
+// A Sentinel (the server binary in --sentinel mode) watching `primary` as 'rl', quorum 1.
+export class Sentinel {
+  static NAME = 'rl';
+
+  static async start(primary) {
+    const port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), 'rl-node-sentinel-'));
+    const conf = join(dir, 'sentinel.conf');
+    writeFileSync(conf, `port ${port}\nbind 127.0.0.1\ndir ${dir}\n`
+      + `sentinel monitor ${Sentinel.NAME} 127.0.0.1 ${primary.port} 1\n`
+      + `sentinel down-after-milliseconds ${Sentinel.NAME} 1000\n`);
+    const child = spawn(SERVER, [conf, '--sentinel'], { stdio: 'ignore' });
+    const sentinel = Object.assign(new Sentinel(), { port, dir, child });
+    live.add(sentinel);
+    const deadline = Date.now() + 20_000;
+    while (!(await ping(port))) {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error('the Sentinel did not start');
+      await sleep(50);
+    }
+    return sentinel;
+  }
+
+  async stop() {
+    live.delete(this);
+    this.child.kill('SIGKILL');
+    await new Promise((r) => (this.child.exitCode !== null || this.child.signalCode ? r() : this.child.once('exit', r)));
+    rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -151,12 +151,20 @@ class Pending:
 
 class Report:
     """One report for the home store (RL.ALLOCATE), handed back to `Engine.allocated`."""
-    rule: str
-    key: str
-    terms: Dict[str, int]  # limit, reserve, regions, lease_ms
-    demand: int
-    held: int
-    sent: int  # Unix µs: the answer's lease counts from here
+    @property
+    def rule(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def terms(self) -> Dict[str, int]:
+        """limit, reserve, regions, lease_ms."""
+    @property
+    def demand(self) -> int: ...
+    @property
+    def held(self) -> int: ...
+    @property
+    def sent(self) -> int:
+        """Unix µs: the answer's lease counts from here."""
 
 class Engine:
     """One per process and store, shared by every request."""

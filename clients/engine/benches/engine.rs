@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
     while let Step::Calls { calls, .. } = step {
         let answers = calls
             .iter()
-            .map(|c| Answer::Reply(store.call(c.args.as_slice(), now.as_micros())))
+            .map(|c| Answer::Reply(store.call(&c.args.to_vecs(), now.as_micros())))
             .collect();
         step = warm.resume(&mut pending, answers, now);
     }
@@ -182,7 +182,7 @@ fn bench(c: &mut Criterion) {
     while let Step::Calls { calls, .. } = step {
         let answers = calls
             .iter()
-            .map(|c| Answer::Reply(store.call(c.args.as_slice(), now.as_micros())))
+            .map(|c| Answer::Reply(store.call(&c.args.to_vecs(), now.as_micros())))
             .collect();
         step = plans.resume(&mut pending, answers, now);
     }

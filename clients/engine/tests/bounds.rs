@@ -62,7 +62,7 @@ fn decide(engine: &Engine, store: Option<&mut MemoryStore>, user: &str, now: Ins
                 let answers = calls
                     .iter()
                     .map(|c| match store.as_deref_mut() {
-                        Some(s) => Answer::Reply(s.call(c.args.as_slice(), now.as_micros())),
+                        Some(s) => Answer::Reply(s.call(&c.args.to_vecs(), now.as_micros())),
                         None => Answer::Failed("connection refused".into()),
                     })
                     .collect();

@@ -63,12 +63,11 @@ fn decide(engine: &Engine, store: &mut MemoryStore, now: Instant) -> (Verdict, V
                     .map(|c| {
                         let args: Vec<String> = c
                             .args
-                            .as_slice()
                             .iter()
                             .map(|a| String::from_utf8_lossy(a).into_owned())
                             .collect();
                         sent.push(args.join(" "));
-                        Answer::Reply(store.call(c.args.as_slice(), now.as_micros()))
+                        Answer::Reply(store.call(&c.args.to_vecs(), now.as_micros()))
                     })
                     .collect();
                 step = engine.resume(&mut pending, answers, now);

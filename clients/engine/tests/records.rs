@@ -92,7 +92,7 @@ fn a_request_cut_short_by_the_drain_is_a_503_with_its_own_record() {
             Step::Calls { calls, .. } => {
                 let answers = calls
                     .iter()
-                    .map(|c| Answer::Reply(store.call(c.args.as_slice(), START_US)))
+                    .map(|c| Answer::Reply(store.call(&c.args.to_vecs(), START_US)))
                     .collect();
                 step = engine.resume(&mut pending, answers, now);
             }

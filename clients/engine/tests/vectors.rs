@@ -381,11 +381,11 @@ impl Run {
                         .push(deadline.as_micros().saturating_sub(self.now));
                     let mut answers = Vec::new();
                     for call in &calls {
-                        script.made.push(call.args.as_slice().to_vec());
+                        script.made.push(call.args.to_vecs());
                         let (answer, advance) = script.next(call)?;
                         self.now = self.now.saturating_add(advance);
                         let answer = answer.unwrap_or_else(|| {
-                            Answer::Reply(self.store.call(call.args.as_slice(), self.now))
+                            Answer::Reply(self.store.call(&call.args.to_vecs(), self.now))
                         });
                         answers.push(answer);
                     }
@@ -398,7 +398,7 @@ impl Run {
 
     fn send_to_memory(&mut self, calls: &[Call]) {
         for call in calls {
-            self.store.call(call.args.as_slice(), self.now);
+            self.store.call(&call.args.to_vecs(), self.now);
         }
     }
 

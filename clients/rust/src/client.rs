@@ -50,7 +50,7 @@ pub fn reply_of(v: &Value) -> Reply {
 }
 
 /// The command as the `redis` crate sends it.
-pub fn cmd_of<A: AsRef<[u8]>>(args: &[A]) -> Cmd {
+pub fn cmd_of<A: AsRef<[u8]>>(args: impl IntoIterator<Item = A>) -> Cmd {
     let mut cmd = Cmd::new();
     for a in args {
         cmd.arg(a.as_ref());
@@ -152,7 +152,7 @@ impl<C: RlConnection> Rl<C> {
             Some(mode) => mode,
             None => self.detect(slot).await?,
         };
-        let cmd = cmd_of(args.as_slice());
+        let cmd = cmd_of(args.iter());
         let redis = |e: RedisError| error_of(&e);
         match mode {
             Mode::Module => match self.raw(&cmd, slot).await {
@@ -170,7 +170,7 @@ impl<C: RlConnection> Rl<C> {
     /// A command whose key is argument 1. Its slot is given explicitly, because in script mode
     /// the `COMMAND INFO` and the `SCRIPT LOAD` it may need must go where the key lives too.
     async fn call(&self, args: &Args) -> Result<Value, Error> {
-        let slot = args.as_slice().get(1).map(|key| key_slot(key));
+        let slot = args.get(1).map(key_slot);
         self.call_at(args, slot).await
     }
 
@@ -178,14 +178,10 @@ impl<C: RlConnection> Rl<C> {
     /// `key`'s slot; `WAIT` as it is, on the connection (and node) that carried the writes.
     pub async fn send(&self, args: &Args, key: &[u8]) -> Result<Value, Error> {
         let slot = key_slot(key);
-        if args
-            .as_slice()
-            .first()
-            .is_some_and(|n| n.eq_ignore_ascii_case(b"WAIT"))
-        {
+        if args.get(0).is_some_and(|n| n.eq_ignore_ascii_case(b"WAIT")) {
             let mut conn = self.conn.clone();
             return conn
-                .send_to_slot(&cmd_of(args.as_slice()), slot)
+                .send_to_slot(&cmd_of(args.iter()), slot)
                 .await
                 .map_err(|e| error_of(&e));
         }
@@ -193,17 +189,14 @@ impl<C: RlConnection> Rl<C> {
     }
 
     async fn script(&self, args: &Args, slot: Option<u16>) -> Result<Value, Error> {
-        let call = cmd_of(&args.encode(Mode::Script)?);
+        let call = cmd_of(args.encode(Mode::Script)?);
         let redis = |e: RedisError| error_of(&e);
         match self.raw(&call, slot).await {
             // The script cache is empty after a restart or a failover, and the server may have
             // the module by now.
             Err(e) if e.kind() == ErrorKind::NoScriptError => {
                 if self.detect(slot).await? == Mode::Module {
-                    return self
-                        .raw(&cmd_of(args.as_slice()), slot)
-                        .await
-                        .map_err(redis);
+                    return self.raw(&cmd_of(args.iter()), slot).await.map_err(redis);
                 }
                 self.raw(&mode::script_load(), slot).await.map_err(redis)?;
                 self.raw(&call, slot).await.map_err(redis)

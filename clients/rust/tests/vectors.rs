@@ -195,7 +195,7 @@ fn acquire_of(req: &J) -> Acquire {
 
 /// The command the typed API builds for `req`.
 fn build(req: &J) -> Result<Cmd, Error> {
-    build_args(req).map(|a| cmd_of(a.as_slice()))
+    build_args(req).map(|a| cmd_of(a.iter()))
 }
 
 fn build_args(req: &J) -> Result<Args, Error> {
@@ -405,7 +405,7 @@ fn as_sent(cmd: Cmd) -> Cmd {
         for a in &args[1..] {
             native.arg(a.as_slice());
         }
-        cmd_of(&native.encode(Mode::Script).unwrap())
+        cmd_of(native.encode(Mode::Script).unwrap())
     } else {
         cmd
     }

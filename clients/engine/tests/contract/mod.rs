@@ -70,14 +70,14 @@ impl Script {
             } else {
                 Err(format!(
                     "unscripted call {}",
-                    args_json(call.args.as_slice())
+                    args_json(&call.args.to_vecs())
                 ))
             };
         };
         self.next += 1;
         if let Some(want) = entry.get("call") {
             if want != "*" {
-                matches(want, &args_json(call.args.as_slice()), "call")?;
+                matches(want, &args_json(&call.args.to_vecs()), "call")?;
             }
         }
         let advance = match entry.get("after") {
@@ -115,7 +115,7 @@ pub fn check_step(want: &Value, step: &Step) -> R<()> {
         Step::Done(v) => json!({"done": v.status.unwrap_or(200)}),
         Step::Wait { .. } => json!("wait"),
         Step::Calls { calls, .. } => {
-            json!({"calls": calls.iter().map(|c| args_json(c.args.as_slice())).collect::<Vec<_>>()})
+            json!({"calls": calls.iter().map(|c| args_json(&c.args.to_vecs())).collect::<Vec<_>>()})
         }
     };
     matches(want, &got, "step")
@@ -125,7 +125,7 @@ pub fn expect_calls(want: Option<&Value>, calls: &[Call]) -> R<()> {
     let Some(want) = want else {
         return Ok(());
     };
-    let got: Vec<Value> = calls.iter().map(|c| args_json(c.args.as_slice())).collect();
+    let got: Vec<Value> = calls.iter().map(|c| args_json(&c.args.to_vecs())).collect();
     matches(want, &Value::Array(got), "calls")
 }
 

@@ -202,7 +202,7 @@ impl Replay {
                 Step::Calls { calls, .. } => {
                     let answers = calls
                         .iter()
-                        .map(|c| Answer::Reply(self.store.call(c.args.as_slice(), at.as_micros())))
+                        .map(|c| Answer::Reply(self.store.call(&c.args.to_vecs(), at.as_micros())))
                         .collect();
                     step = self.engine.resume(&mut pending, answers, at);
                 }
@@ -218,7 +218,7 @@ impl Replay {
 
     fn send(&mut self, calls: &[Call], at: Instant) {
         for call in calls {
-            self.store.call(call.args.as_slice(), at.as_micros());
+            self.store.call(&call.args.to_vecs(), at.as_micros());
         }
     }
 

@@ -25,7 +25,7 @@ impl Call {
             .inner
             .keys()
             .map_err(|e| PyTypeError::new_err(e.to_string()))?;
-        PyList::new(py, keys.iter().map(|k| PyBytes::new(py, k)))
+        PyList::new(py, keys.map(|k| PyBytes::new(py, k)))
     }
 
     fn __repr__(&self) -> String {

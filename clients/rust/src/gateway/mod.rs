@@ -433,11 +433,7 @@ pub(crate) async fn send_each<C: RlConnection>(rl: &Rl<C>, calls: Vec<Call>) {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no reply within {BACKGROUND_TIMEOUT:?}"),
         };
-        let command = call
-            .args
-            .as_slice()
-            .first()
-            .map(|c| String::from_utf8_lossy(c));
+        let command = call.args.get(0).map(String::from_utf8_lossy);
         tracing::warn!(
             command = command.as_deref().unwrap_or_default(),
             "a background store call failed: {failure}"

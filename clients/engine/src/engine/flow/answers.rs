@@ -118,12 +118,13 @@ impl Pending {
                 }
             }
             Expect::Multi { names } => {
+                let check = |name: &str| names.iter().find(|(n, _)| n == name).map(|(_, i)| *i);
                 let decided = reply::multi_decision(&reply)?;
                 for rule in &decided.rules {
-                    if let Some(i) = names.get(&rule.name) {
+                    if let Some(i) = check(&rule.name) {
                         let refusing = decided.denied_by.as_deref() == Some(rule.name.as_str());
                         self.answer.outcomes.push((
-                            *i,
+                            i,
                             HeaderOutcome {
                                 remaining: rule.remaining,
                                 reset_after_ms: rule.reset_after_ms,
@@ -135,12 +136,12 @@ impl Pending {
                 if decided.allowed {
                     // Only keyed checks read it back: no allocation on an HTTP request's path.
                     if ctx.checks {
-                        self.answer.spent.extend(names.values().copied());
+                        self.answer.spent.extend(names.iter().map(|(_, i)| *i));
                     }
                 } else {
-                    let by = decided.denied_by.as_ref().and_then(|name| names.get(name));
+                    let by = decided.denied_by.as_deref().and_then(check);
                     // A refusal without a known rule is still a refusal: pin it on the first.
-                    let i = by.copied().or_else(|| names.values().min().copied());
+                    let i = by.or_else(|| names.iter().map(|(_, i)| *i).min());
                     self.answer
                         .refused
                         .push((i.unwrap_or_default(), decided.retry_after_ms));

@@ -1,6 +1,5 @@
 //! The calls of each phase: what a rule asks the store, in the module's arguments.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Expect, Held, Pending, Phase, Taken};
@@ -179,7 +178,9 @@ impl Pending {
             return Vec::new();
         };
         let by_slot = self.shared.options.cluster;
-        let mut groups: Vec<(u16, HashMap<String, usize>, Vec<MultiRule>)> = Vec::new();
+        // Per slot: the rules, and the keyed check each stands for (a call's rules are few, so
+        // a list searched in order, not a map: no allocation beyond the two lists).
+        let mut groups: Vec<(u16, Vec<MultiRule>, Vec<usize>)> = Vec::new();
         for (i, k) in ctx.keyed.iter().enumerate() {
             let RuleKind::Rate(rate) = &k.rule.kind else {
                 continue;
@@ -202,28 +203,36 @@ impl Pending {
             let at = match groups.iter().position(|(x, _, _)| *x == s) {
                 Some(at) => at,
                 None => {
-                    groups.push((s, HashMap::new(), Vec::new()));
+                    groups.push((s, Vec::with_capacity(4), Vec::with_capacity(4)));
                     groups.len().saturating_sub(1)
                 }
             };
-            if let Some((_, names, rules)) = groups.get_mut(at) {
+            if let Some((_, rules, checks)) = groups.get_mut(at) {
                 // Names are unique in one call; keyed checks may repeat a rule on other keys.
-                if names.contains_key(&rule.name) {
+                if rules.iter().any(|r| r.name == rule.name) {
                     rule.name = format!("{}#{i}", rule.name);
                 }
-                names.insert(rule.name.clone(), i);
                 rules.push(rule);
+                checks.push(i);
             }
         }
         let deadline_ms = deadline_ms(self.deadline, &ctx.policy);
         let mut calls = Vec::with_capacity(groups.len());
-        for (_, names, rules) in groups {
+        for (_, rules, checks) in groups {
             let Some(key) = rules.first().map(|r| r.key.clone()) else {
                 continue;
             };
-            let Ok(args) = Multi::new(rules).deadline(deadline_ms).args() else {
+            let multi = Multi::new(rules).deadline(deadline_ms);
+            let Ok(args) = multi.args() else {
                 continue;
             };
+            // The rules' names, moved rather than copied, are what the reply answers by.
+            let names = multi
+                .rules
+                .into_iter()
+                .map(|r| r.name)
+                .zip(checks)
+                .collect();
             self.expect.push(Expect::Multi { names });
             calls.push(Call { args, key });
         }

@@ -10,7 +10,6 @@ mod begin;
 mod calls;
 mod draw;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,7 +93,8 @@ enum Expect {
         index: usize,
     },
     Multi {
-        names: HashMap<String, usize>,
+        /// Each rule's name in the call, and the keyed check it stands for.
+        names: Vec<(String, usize)>,
     },
     Shadow {
         index: usize,

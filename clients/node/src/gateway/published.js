@@ -29,6 +29,9 @@ export const MAX_DOCUMENT_BYTES = 8 << 20;
 
 // Refused documents remembered so each is logged and counted once.
 const REMEMBERED = 16;
+// The head, read at one instant (see head()).
+const READ_HEAD = `return {redis.call('HMGET', KEYS[1], 'version', 'published_by', 'published_at_ms'),
+  redis.call('HSTRLEN', KEYS[1], 'document')}`;
 
 const withTimeout = (promise, ms, what) => {
   let timer;
@@ -91,12 +94,12 @@ export class PublishedPolicy {
     this.running = null; // the refresh under way: notices and polls join it
   }
 
-  // The small fields and the document's length: what tells one entry from another.
+  // The small fields and the document's length: what tells one entry from another. Read at one
+  // instant, by a script: as two commands, a write between them gave a head that never was (the
+  // old version with the new length), refused twice as two documents.
   async head() {
-    const [[version, publishedBy, publishedAtMs], length] = await withTimeout(Promise.all([
-      this.redis.hmget(this.key, 'version', 'published_by', 'published_at_ms'),
-      this.redis.hstrlen(this.key, 'document'),
-    ]), this.timeoutMs, 'read the snapshot');
+    const [[version, publishedBy, publishedAtMs], length] = await withTimeout(
+      this.redis.eval(READ_HEAD, 1, this.key), this.timeoutMs, 'read the snapshot');
     return { version: text(version), publishedBy: text(publishedBy) ?? '', publishedAtMs: text(publishedAtMs), length: Number(length) };
   }
 

@@ -45,6 +45,12 @@ class _Refused(Exception):
     pass
 
 
+_READ_HEAD = """
+return {redis.call('HMGET', KEYS[1], 'version', 'published_by', 'published_at_ms'),
+        redis.call('HSTRLEN', KEYS[1], 'document')}
+"""
+
+
 class PublishedPolicy:
     """`redis`: a `redis.asyncio.Redis` client (the store `policy publish` wrote to)."""
 
@@ -66,10 +72,10 @@ class PublishedPolicy:
         return await asyncio.wait_for(command, self.timeout)
 
     async def _head(self) -> tuple:
-        """The small fields and the document's length: what tells one entry from another."""
-        version, by, at = await self._call(
-            self.redis.hmget(self.key, "version", "published_by", "published_at_ms"))
-        length = await self._call(self.redis.hstrlen(self.key, "document"))
+        """The small fields and the document's length: what tells one entry from another. Read
+        at one instant, by a script: as two commands, a write between them gave a head that
+        never was (the old version with the new length), refused twice as two documents."""
+        (version, by, at), length = await self._call(self.redis.eval(_READ_HEAD, 1, self.key))
         return (_text(version), _text(by) or "", _text(at), int(length))
 
     async def _whole(self) -> tuple[tuple, bytes]:

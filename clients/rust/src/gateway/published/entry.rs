@@ -127,21 +127,24 @@ fn text(v: Option<Vec<u8>>) -> Option<String> {
     v.map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
-/// The head: two small commands, whatever the document's size.
+/// The head's fields and the document's length, read at one instant: as two commands, a write
+/// between them gave a head that never was (the old version with the new length), refused as
+/// one document and then again as another.
+const READ_HEAD: &str = r"
+return {redis.call('HMGET', KEYS[1], 'version', 'published_by', 'published_at_ms'),
+        redis.call('HSTRLEN', KEYS[1], 'document')}
+";
+
+/// The head: one small script, whatever the document's size.
 pub(crate) async fn read_head(
     conn: &mut Conn,
     key: &str,
     timeout: Duration,
 ) -> Result<Head, String> {
-    let mut fields = redis::cmd("HMGET");
-    fields
-        .arg(key)
-        .arg(&["version", "published_by", "published_at_ms"]);
-    let fields: Vec<Option<Vec<u8>>> =
-        within(timeout, "read the snapshot", fields.query_async(conn)).await?;
-    let mut length = redis::cmd("HSTRLEN");
-    length.arg(key).arg("document");
-    let length: u64 = within(timeout, "read the snapshot", length.query_async(conn)).await?;
+    let script = redis::Script::new(READ_HEAD);
+    let call = script.key(key);
+    let (fields, length): (Vec<Option<Vec<u8>>>, u64) =
+        within(timeout, "read the snapshot", call.invoke_async(conn)).await?;
     let mut fields = fields.into_iter();
     Ok(Head {
         version: text(fields.next().flatten()),

@@ -146,9 +146,29 @@ def _record(reply: Any, names: Sequence[str], command: str) -> Dict[str, Any]:
     raise UnexpectedReply(f"{command} reply should be an array or a map, got {reply!r}")
 
 
+_ADMISSION = ("allowed", "remaining", "retry_after_ms", "reset_after_ms", "capacity")
+_ADMISSION_BYTES = tuple(name.encode() for name in _ADMISSION)
+
+
 def admission(reply: Any) -> Admission:
-    r = _record(reply, ("allowed", "remaining", "retry_after_ms", "reset_after_ms", "capacity"),
-                "RL.ADMIT")
+    # The replies redis-py hands over, read with no record in between (a per-hit cost the limits
+    # storage pays): a RESP2 array of five integers, or a RESP3 map with bytes names in the
+    # module's order. Anything else, or a value out of bounds, takes the general path, which
+    # reads it the same way or says what is wrong.
+    if type(reply) is list and len(reply) == 5:
+        allowed, remaining, retry_after, reset_after, capacity = reply
+    elif type(reply) is dict and tuple(reply) == _ADMISSION_BYTES:
+        allowed, remaining, retry_after, reset_after, capacity = reply.values()
+    else:
+        allowed = None
+    # `type(...) is int`: a bool is not a count, as in _int.
+    if (type(allowed) is int and 0 <= allowed <= 1
+            and type(remaining) is int and remaining >= 0
+            and type(retry_after) is int and retry_after >= 0
+            and type(reset_after) is int and reset_after >= 0
+            and type(capacity) is int and capacity >= 0):
+        return Admission(allowed == 1, remaining, retry_after, reset_after, capacity)
+    r = _record(reply, _ADMISSION, "RL.ADMIT")
     return Admission(
         allowed=_flag(r["allowed"], "allowed"),
         remaining=_int(r["remaining"], "remaining"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import redis
 import redis.asyncio
@@ -26,9 +26,11 @@ import limits.strategies
 from limits.limits import RateLimitItem
 from limits.util import WindowStats
 
+from . import replies
 from .client import AsyncClient, Client
-from .commands import Admit, Info
+from .commands import Admit, Info, Request
 from .errors import RLError
+from .replies import Admission
 
 # What a limits fixed window holds: limits increments and compares itself, so every hit is
 # counted (as limits' own redis:// does); the module never refuses below this.
@@ -44,8 +46,58 @@ def _redis_url(uri: str) -> str:
     return urllib.parse.urlunparse(parsed._replace(scheme={"rl": "redis", "rls": "rediss"}[scheme]))
 
 
-def _admit(key: str, limit: int, expiry: int, amount: int, algo: str, dry_run: bool = False):
-    return Admit(key, limit, expiry, cost=amount, algo=algo, dry_run=dry_run)
+# Rules whose arguments a storage keeps (see _Rules): more than an application's limits; a cost that
+# changes from hit to hit cannot grow the table past it.
+_RULES_KEPT = 1024
+
+
+class _Hit(Request):
+    """RL.ADMIT of one hit: the key, then the arguments after it as `Admit` built them for
+    the hit's rule."""
+
+    name = "RL.ADMIT"
+
+    def __init__(self, key: str, rest: Tuple[str, ...]):
+        self.key = key
+        self.rest = rest
+
+    def args(self) -> List[Any]:
+        return [self.name, self.key, *self.rest]
+
+    def parse(self, reply: Any) -> Admission:
+        return replies.admission(reply)
+
+
+class _Rules:
+    """What both storages share: their keys, and the request of one hit.
+
+    limits sends the same few rules (limit, expiry, cost) over and over, so the arguments after
+    the key are built (and checked) by `Admit` once per rule and kept; COST 1 and ALGO gcra, the
+    module's defaults, are left out (two arguments fewer to write and parse per hit). Only whole
+    ints are kept: 1.0 and True equal 1 as dict keys, but `Admit` refuses them, and still does."""
+
+    prefix: str
+    _rules: Dict[tuple, Tuple[str, ...]]
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}:{key}"
+
+    def _admit(self, key: str, limit: int, expiry: int, amount: int, algo: str,
+               dry_run: bool = False) -> Request:
+        key = self._key(key)
+        if type(limit) is not int or type(expiry) is not int or type(amount) is not int:
+            return Admit(key, limit, expiry, cost=amount, algo=algo, dry_run=dry_run)
+        rules = self._rules
+        rule = (limit, expiry, amount, algo, dry_run)
+        rest = rules.get(rule)
+        if rest is None:
+            args = Admit(key, limit, expiry, cost=None if amount == 1 else amount,
+                         algo=None if algo == "gcra" else algo, dry_run=dry_run).args()
+            rest = tuple(args[2:])
+            if len(rules) >= _RULES_KEPT:
+                rules.clear()
+            rules[rule] = rest
+        return _Hit(key, rest)
 
 
 def _window_expiry(info: Any) -> float:
@@ -72,7 +124,7 @@ def _sliding(info: Any, expiry: int) -> Tuple[int, float, int, float]:
             info.current or 0, max(0.0, (start + 2 * info.period_ms - now_ms) / 1000))
 
 
-class RLStorage(limits.storage.Storage, limits.storage.MovingWindowSupport,
+class RLStorage(_Rules, limits.storage.Storage, limits.storage.MovingWindowSupport,
                 limits.storage.SlidingWindowCounterSupport):
     """`rl://host:port/db` (`rls://` for TLS); options go to `redis.Redis.from_url`, or pass a
     ready `connection` (a `Redis` or `RedisCluster`)."""
@@ -87,16 +139,14 @@ class RLStorage(limits.storage.Storage, limits.storage.MovingWindowSupport,
         self.redis = connection if connection is not None else redis.Redis.from_url(
             _redis_url(uri), **options)
         self.client = Client(self.redis, mode=mode)
+        self._rules = {}
 
     @property
     def base_exceptions(self):
         return (RLError, redis.exceptions.RedisError)
 
-    def _key(self, key: str) -> str:
-        return f"{self.prefix}:{key}"
-
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
-        d = self.client.execute(_admit(self._key(key), _UNBOUNDED, expiry, amount, "window"))
+        d = self.client.execute(self._admit(key, _UNBOUNDED, expiry, amount, "window"))
         return _UNBOUNDED - d.remaining
 
     def get(self, key: str) -> int:
@@ -122,16 +172,16 @@ class RLStorage(limits.storage.Storage, limits.storage.MovingWindowSupport,
         self.redis.delete(self._key(key))
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        return self.client.execute(_admit(self._key(key), limit, expiry, amount, "log")).allowed
+        return self.client.execute(self._admit(key, limit, expiry, amount, "log")).allowed
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
         return _moving(self.client.execute(
-            _admit(self._key(key), limit, expiry, 1, "log", dry_run=True)), limit, expiry)
+            self._admit(key, limit, expiry, 1, "log", dry_run=True)), limit, expiry)
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
                                      amount: int = 1) -> bool:
         return self.client.execute(
-            _admit(self._key(key), limit, expiry, amount, "sliding")).allowed
+            self._admit(key, limit, expiry, amount, "sliding")).allowed
 
     def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
         return _sliding(self.client.execute(Info(self._key(key))), expiry)
@@ -141,13 +191,13 @@ class RLStorage(limits.storage.Storage, limits.storage.MovingWindowSupport,
 
     def gcra(self, key: str, limit: int, expiry: int, amount: int = 1, dry_run: bool = False):
         return self.client.execute(
-            _admit(self._key(key), limit, expiry, amount, "gcra", dry_run=dry_run))
+            self._admit(key, limit, expiry, amount, "gcra", dry_run=dry_run))
 
     def info(self, key: str):
         return self.client.execute(Info(self._key(key)))
 
 
-class AsyncRLStorage(limits.aio.storage.Storage, limits.aio.storage.MovingWindowSupport,
+class AsyncRLStorage(_Rules, limits.aio.storage.Storage, limits.aio.storage.MovingWindowSupport,
                      limits.aio.storage.SlidingWindowCounterSupport):
     """`async+rl://host:port/db` (`async+rls://` for TLS), on `redis.asyncio`."""
 
@@ -161,17 +211,15 @@ class AsyncRLStorage(limits.aio.storage.Storage, limits.aio.storage.MovingWindow
         self.redis = connection if connection is not None else redis.asyncio.Redis.from_url(
             _redis_url(uri), **options)
         self.client = AsyncClient(self.redis, mode=mode)
+        self._rules = {}
 
     @property
     def base_exceptions(self):
         return (RLError, redis.exceptions.RedisError)
 
-    def _key(self, key: str) -> str:
-        return f"{self.prefix}:{key}"
-
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         d = await self.client.execute(
-            _admit(self._key(key), _UNBOUNDED, expiry, amount, "window"))
+            self._admit(key, _UNBOUNDED, expiry, amount, "window"))
         return _UNBOUNDED - d.remaining
 
     async def get(self, key: str) -> int:
@@ -198,16 +246,16 @@ class AsyncRLStorage(limits.aio.storage.Storage, limits.aio.storage.MovingWindow
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         return (await self.client.execute(
-            _admit(self._key(key), limit, expiry, amount, "log"))).allowed
+            self._admit(key, limit, expiry, amount, "log"))).allowed
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
         return _moving(await self.client.execute(
-            _admit(self._key(key), limit, expiry, 1, "log", dry_run=True)), limit, expiry)
+            self._admit(key, limit, expiry, 1, "log", dry_run=True)), limit, expiry)
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int,
                                            amount: int = 1) -> bool:
         return (await self.client.execute(
-            _admit(self._key(key), limit, expiry, amount, "sliding"))).allowed
+            self._admit(key, limit, expiry, amount, "sliding"))).allowed
 
     async def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
         return _sliding(await self.client.execute(Info(self._key(key))), expiry)
@@ -218,7 +266,7 @@ class AsyncRLStorage(limits.aio.storage.Storage, limits.aio.storage.MovingWindow
     async def gcra(self, key: str, limit: int, expiry: int, amount: int = 1,
                    dry_run: bool = False):
         return await self.client.execute(
-            _admit(self._key(key), limit, expiry, amount, "gcra", dry_run=dry_run))
+            self._admit(key, limit, expiry, amount, "gcra", dry_run=dry_run))
 
     async def info(self, key: str):
         return await self.client.execute(Info(self._key(key)))

@@ -40,6 +40,14 @@ _UNBOUNDED = 10**15
 _PREFIX = "LIMITS-RL"
 
 
+# The connection a storage makes for itself speaks RESP2 unless the options (or the URI's query)
+# say `protocol`: RL.ADMIT's reply is then an array of five integers, where RESP3 makes it a map
+# of five names and integers, which redis-py's Python parser reads in about twice the time (the
+# larger part of what a hit cost above limits' own redis://, whose script answers one integer).
+# The replies are read the same either way.
+_OWN_CONNECTION = {"protocol": 2}
+
+
 def _redis_url(uri: str) -> str:
     parsed = urllib.parse.urlparse(uri)
     scheme = parsed.scheme.replace("async+", "")
@@ -137,7 +145,7 @@ class RLStorage(_Rules, limits.storage.Storage, limits.storage.MovingWindowSuppo
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.prefix = key_prefix
         self.redis = connection if connection is not None else redis.Redis.from_url(
-            _redis_url(uri), **options)
+            _redis_url(uri), **{**_OWN_CONNECTION, **options})
         self.client = Client(self.redis, mode=mode)
         self._rules = {}
 
@@ -209,7 +217,7 @@ class AsyncRLStorage(_Rules, limits.aio.storage.Storage, limits.aio.storage.Movi
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.prefix = key_prefix
         self.redis = connection if connection is not None else redis.asyncio.Redis.from_url(
-            _redis_url(uri), **options)
+            _redis_url(uri), **{**_OWN_CONNECTION, **options})
         self.client = AsyncClient(self.redis, mode=mode)
         self._rules = {}
 

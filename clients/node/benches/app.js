@@ -1,6 +1,6 @@
 // One app of the benchmark, in a process of its own: node app.js <variant> <port> <redis port>.
-// `before-gateway-1` and `before-gateway-3` run the gateway of another copy of the package
-// (RL_BENCH_BEFORE: its src/index.js), side by side with this one.
+// `before-gateway-1`, `before-gateway-3` and `before-rlstore` run the gateway or the Store of
+// another copy of the package (RL_BENCH_BEFORE: its src/index.js), side by side with this one.
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import Redis from 'ioredis';

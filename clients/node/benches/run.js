@@ -4,7 +4,7 @@
 // (the machine is shared); then one request at a time on one keep-alive connection, timed to the
 // microsecond, for the latency each variant adds without queueing.
 // node benches/run.js [seconds per run, default 5] [rounds, default 3]; RL_BENCH_BEFORE=<another
-// copy's src/index.js> adds its gateway (benches/README.md).
+// copy's src/index.js> adds its gateway and its RLStore (benches/README.md).
 import { spawn } from 'node:child_process';
 import http from 'node:http';
 import { dirname, join } from 'node:path';
@@ -16,7 +16,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const seconds = Number(process.argv[2] ?? 5);
 const rounds = Number(process.argv[3] ?? 3);
 const VARIANTS = ['plain', 'gateway-1', 'gateway-3', 'rate-limit-redis', 'rlstore',
-  ...(process.env.RL_BENCH_BEFORE ? ['before-gateway-1', 'before-gateway-3'] : [])];
+  ...(process.env.RL_BENCH_BEFORE ? ['before-gateway-1', 'before-gateway-3', 'before-rlstore'] : [])];
 
 const HEADERS = { 'x-user': 'u1', 'x-tenant': 't1' };
 const SEQUENTIAL = 2000;

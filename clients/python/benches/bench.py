@@ -4,7 +4,8 @@
    RL.MULTI through redis-py without the gateway (the store's round trip alone): decisions
    per second with 32 requests in flight, and the latency per request (p50, p99) one request
    at a time;
-2. the limits storage rl:// against limits' own redis:// on the same server, per strategy.
+2. the limits storage rl:// against limits' own redis:// on the same server, per strategy;
+   with RL_BENCH_BEFORE=<another copy's src/redis_rl>, that copy's rl:// storage beside them.
 
     clients/python/.venv/bin/python clients/python/benches/bench.py [--requests N]
 """
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -115,15 +119,36 @@ def _hits(lim, item, n, tag):
     return lat
 
 
+def load_before(path):
+    """Another copy's package (RL_BENCH_BEFORE: its src/redis_rl) as `redis_rl_before`, beside
+    this one; its limits module, whose storage and gcra strategy are then used by class (their
+    registration under rl:// and gcra is this copy's)."""
+    spec = importlib.util.spec_from_file_location(
+        "redis_rl_before", Path(path) / "__init__.py", submodule_search_locations=[str(path)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("redis_rl_before.limits")
+
+
 def limits_bench(port, n):
     from limits import parse, storage, strategies
     # the module caps a log at 10000 entries; 100 keys keep every hit admitted
     item = parse("10000/second")
+    copies = {"rl://": redis_rl.limits}
+    if os.environ.get("RL_BENCH_BEFORE"):
+        copies["rl:// before"] = load_before(os.environ["RL_BENCH_BEFORE"])
     out = {}
     for strategy in ("fixed-window", "moving-window", "sliding-window-counter", "gcra"):
-        schemes = ("rl", "redis") if strategy != "gcra" else ("rl",)
-        lims = {sc: strategies.STRATEGIES[strategy](
-            storage.storage_from_string(f"{sc}://127.0.0.1:{port}")) for sc in schemes}
+        lims = {}
+        for name, copy in copies.items():
+            st = copy.RLStorage(f"rl://127.0.0.1:{port}")
+            lims[name] = (copy.GCRARateLimiter if strategy == "gcra"
+                          else strategies.STRATEGIES[strategy])(st)
+        if strategy != "gcra":
+            lims["redis://"] = strategies.STRATEGIES[strategy](
+                storage.storage_from_string(f"redis://127.0.0.1:{port}"))
+        schemes = tuple(lims)
         lat = {sc: [] for sc in schemes}
         for sc, lim in lims.items():
             _hits(lim, item, 50, f"warm-{strategy}")
@@ -154,17 +179,14 @@ def main():
             print(f"| {name} | {rps:,.0f} | {p50 * 1e6:,.0f} µs | {p99 * 1e6:,.0f} µs | "
                   f"{(p50 - base) * 1e6:,.0f} µs |")
         lb = limits_bench(server.port, args.requests)
-        print("\n| strategy | rl:// hits/s | rl:// p50 / p99 | redis:// hits/s | redis:// p50 / p99 |"
-              "\n|---|---|---|---|---|")
+        print("\n| strategy | storage | hits/s | p50 | p99 | p50 over redis:// |"
+              "\n|---|---|---|---|---|---|")
         for strategy, row in lb.items():
-            rl = row["rl"]
-            cells = [f"{rl[0]:,.0f}", f"{rl[1] * 1e6:,.0f} / {rl[2] * 1e6:,.0f} µs"]
-            if "redis" in row:
-                rd = row["redis"]
-                cells += [f"{rd[0]:,.0f}", f"{rd[1] * 1e6:,.0f} / {rd[2] * 1e6:,.0f} µs"]
-            else:
-                cells += ["(limits has no gcra)", ""]
-            print(f"| {strategy} | " + " | ".join(cells) + " |")
+            base = row.get("redis://")
+            for name, (hps, p50, p99) in row.items():
+                over = f"{(p50 - base[1]) * 1e6:+,.1f} µs" if base else "(limits has no gcra)"
+                print(f"| {strategy} | {name} | {hps:,.0f} | {p50 * 1e6:,.1f} µs | "
+                      f"{p99 * 1e6:,.0f} µs | {over} |")
     finally:
         server.close()
 

@@ -1,6 +1,7 @@
 //! The reverse proxy (`--listen`, `--upstream`): every request decided by the gateway's layer,
 //! then forwarded with its method, the path as matched (normalized), its query, its headers
-//! less the hop-by-hop ones, and its body streamed; the upstream's response streamed back.
+//! less the hop-by-hop ones, and its body streamed; the upstream's response streamed back (one
+//! of at most [`SMALL_RESPONSE`] read whole first).
 //! `X-Actual-Cost` settles the request's reservations and is not passed to the caller; leases
 //! end when the response body ends or the caller goes away (the layer's guard). The upstream
 //! has `--upstream-timeout` to answer once it has the whole request body ([`upload`]).
@@ -13,9 +14,13 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::Router;
-use http::header::{HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use http::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -26,21 +31,21 @@ use redis_rl_client::gateway::ACTUAL_COST;
 use redis_rl_client::{Gateway, RateLimitLayer, RlConnection};
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), and
-/// `Proxy-*` ones meant for this hop.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// `Proxy-*` ones meant for this hop; names made once, not parsed again for each request.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
 ];
 
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
-const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
-const X_FORWARDED_HOST: &str = "x-forwarded-host";
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Where requests go.
 pub struct Upstream {
@@ -153,7 +158,20 @@ async fn forward(
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, Body::new(body))
+            if !small(&parts.headers) {
+                return Response::from_parts(parts, Body::new(body));
+            }
+            // Read whole, as nginx's `proxy_buffering` does, so that the head and the body
+            // leave in one write (streamed, the head would go before the body reached this
+            // task: a second write, and a second wake-up of the caller). It waits for the body
+            // as the caller would have.
+            match body.collect().await {
+                Ok(body) => Response::from_parts(parts, Body::from(body.to_bytes())),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the upstream's response ended early");
+                    problem_response(problem::upstream_unreachable())
+                }
+            }
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "the upstream could not be reached");
@@ -164,19 +182,32 @@ async fn forward(
     }
 }
 
+/// A response at most this large (its `Content-Length`) is read whole before it is passed on.
+const SMALL_RESPONSE: u64 = 16 << 10;
+
+fn small(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n <= SMALL_RESPONSE)
+}
+
 /// Removes the hop-by-hop headers, and those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
@@ -185,15 +216,20 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// `-Proto` is this hop's scheme; `-Host` is the host the caller asked for.
 fn forwarded_headers(headers: &mut HeaderMap, peer: std::net::IpAddr, host: Option<HeaderValue>) {
     let peer = peer.to_canonical().to_string();
-    let chain = headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .chain(std::iter::once(peer.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ");
+    // Most callers come with no chain: the peer alone, without the join's allocations.
+    let chain = if headers.contains_key(X_FORWARDED_FOR) {
+        headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .chain(std::iter::once(peer.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        peer
+    };
     headers.remove(X_FORWARDED_FOR);
     if let Ok(chain) = HeaderValue::from_str(&chain) {
         headers.insert(X_FORWARDED_FOR, chain);

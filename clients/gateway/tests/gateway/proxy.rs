@@ -88,6 +88,50 @@ async fn requests_are_decided_then_forwarded_with_the_matched_path_and_their_hea
     }
 }
 
+/// Pinned to one CPU, the gateway runs on one thread (tokio's current-thread runtime), and
+/// answers as on many: decisions, a small response (read whole before it is passed on) and a
+/// large one (streamed), both bodies intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_one_cpu_the_gateway_runs_one_thread_and_answers_the_same() {
+    let (up, seen) = upstream().await;
+    let file = policy_file(&policy());
+    let gw = Gateway::start_on_one_cpu(&[
+        "--policy",
+        file.to_str().unwrap(),
+        "--store",
+        "memory://",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+    ]);
+    let client = reqwest::Client::new();
+    let post = |bytes: usize| {
+        client
+            .post(format!("{}/echo", gw.url("proxy")))
+            .header("x-user", "ida")
+            .body(vec![b'y'; bytes])
+            .send()
+    };
+    for bytes in [0, 2, 16 << 10, (16 << 10) + 1, 300_000] {
+        let r = post(bytes).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-length"], bytes.to_string());
+        assert_eq!(r.bytes().await.unwrap(), vec![b'y'; bytes]);
+    }
+    let get = |path: &'static str| {
+        client
+            .get(format!("{}{path}", gw.url("proxy")))
+            .header("x-user", "ida")
+            .send()
+    };
+    assert_eq!(get("/orders/1").await.unwrap().status(), 200);
+    assert_eq!(get("/orders/2").await.unwrap().status(), 200);
+    assert_eq!(get("/orders/3").await.unwrap().status(), 429);
+    assert_eq!(seen.lock().unwrap().len(), 7);
+    assert_eq!(gw.threads(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_escaped_spelling_of_a_path_is_decided_and_forwarded_as_the_path_it_names() {
     let (up, seen) = upstream().await;

@@ -28,7 +28,18 @@ pub struct Gateway {
 impl Gateway {
     /// Starts the binary with `args` and waits until every face it was given listens.
     pub fn start(args: &[&str]) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rl-gateway"))
+        Gateway::spawn(Command::new(env!("CARGO_BIN_EXE_rl-gateway")), args)
+    }
+
+    /// The same, the process allowed one CPU (`taskset -c 0`), as an operator pins it.
+    pub fn start_on_one_cpu(args: &[&str]) -> Gateway {
+        let mut taskset = Command::new("taskset");
+        taskset.args(["-c", "0", env!("CARGO_BIN_EXE_rl-gateway")]);
+        Gateway::spawn(taskset, args)
+    }
+
+    fn spawn(mut command: Command, args: &[&str]) -> Gateway {
+        let mut child = command
             .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
@@ -79,6 +90,13 @@ impl Gateway {
 
     pub fn url(&self, face: &str) -> String {
         format!("http://{}", self.faces[face])
+    }
+
+    /// How many threads the process runs now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .unwrap()
+            .count()
     }
 
     pub fn pid(&self) -> i32 {

@@ -15,7 +15,14 @@
 //! - RLS hot descriptor: one descriptor with `grant` (chunks of 100), open loop at `RLS_RATE`:
 //!   store calls per request;
 //! - RLS stalled: Redis stopped (SIGSTOP) under the open loop at `RLS_RATE`: the latency of
-//!   the answers once the breaker is open, apart from the first 100 ms in which it opens.
+//!   the answers once the breaker is open, apart from the first 100 ms in which it opens;
+//! - syscalls: the system calls, context switches and CPU time per request of nginx and
+//!   rl-gateway (and of the upstream or store behind them), counted by the kernel's tracepoints
+//!   with `perf stat` while the proxy's closed loop, then the RLS's open loop, run through them.
+//!
+//! `BEFORE=<another rl-gateway binary>` starts that build too (on `memory://` and on Redis) and
+//! measures it beside this one in the proxy, RLS and syscalls parts: before and after a change,
+//! in one run.
 //!
 //! The load generator is this process (hyper and tonic clients); the upstream is this binary
 //! again, in a process of its own. With `PIN=1` (the default) the load generator runs on the
@@ -24,7 +31,7 @@
 //! rl-gateway's runtime as many threads. Contenders alternate in `ROUNDS` rounds (3) so that a
 //! change of load on the machine hits them alike; each load lasts `SECONDS_PER_RUN` (3) per
 //! round. `LATENCY_REQUESTS` (9,000) sequential requests per contender, `CONNECTIONS` (32).
-//! `PARTS` (`proxy,rls,hot,rlshot,rlsstall`) picks the parts; `RLS_TRACE=1` prints on stderr when, in each RLS
+//! `PARTS` (`proxy,rls,hot,rlshot,rlsstall`; `syscalls` when asked) picks the parts; `RLS_TRACE=1` prints on stderr when, in each RLS
 //! round, requests took more than 1 ms. Before the servers start, a probe on each CPU counts
 //! the machine's own stalls (wake-ups more than 1 ms late), and at the end the bench says how
 //! much CPU other processes used while it ran.
@@ -43,7 +50,7 @@
 
 use rl_testkit as common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -58,6 +65,7 @@ use procs::{
 mod load;
 mod parts;
 mod procs;
+mod syscalls;
 
 /// The role of this binary when it is started again as the upstream.
 pub(crate) const UPSTREAM_ROLE: &str = "RL_BENCH_UPSTREAM";
@@ -114,7 +122,9 @@ fn main() {
     let (upstream_proc, upstream) = start_upstream(&pin);
     let (nginx_proc, nginx) = start_nginx(&pin, upstream, &dir.join("nginx").tap_mkdir());
     let redis_url = format!("redis://127.0.0.1:{}", server.port);
+    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rl-gateway"));
     let (gw_mem, mem) = start_gateway(
+        &ours,
         &pin,
         ("memory://", &policy(), &[]),
         upstream,
@@ -122,6 +132,7 @@ fn main() {
         "gateway.log",
     );
     let (gw_redis, red) = start_gateway(
+        &ours,
         &pin,
         (&redis_url, &policy(), &[]),
         upstream,
@@ -131,6 +142,7 @@ fn main() {
     // A region's gateway: its home is the same server (what a request costs does not depend on
     // where the home is: no request waits for it).
     let (gw_global, global) = start_gateway(
+        &ours,
         &pin,
         (
             &redis_url,
@@ -148,7 +160,24 @@ fn main() {
         &dir.join("global").tap_mkdir(),
         "gateway.log",
     );
-    let servers = Servers(vec![
+    // `BEFORE`: another build of rl-gateway, measured beside this one in the same run.
+    let before = std::env::var_os("BEFORE").map(|binary| {
+        let start = |store: &str, name: &str| {
+            start_gateway(
+                Path::new(&binary),
+                &pin,
+                (store, &policy(), &[]),
+                upstream,
+                &dir.join(name).tap_mkdir(),
+                "gateway.log",
+            )
+        };
+        (
+            start("memory://", "before-memory"),
+            start(&redis_url, "before-redis"),
+        )
+    });
+    let mut servers = Servers(vec![
         ("upstream", upstream_proc.child.id()),
         ("nginx", nginx_proc.child.id()),
         ("rl-gateway `memory://`", gw_mem.child.id()),
@@ -156,6 +185,12 @@ fn main() {
         ("rl-gateway Redis, global rule", gw_global.child.id()),
         ("Redis", server.pid().expect("the server runs")),
     ]);
+    if let Some(((mem, _), (red, _))) = &before {
+        servers
+            .0
+            .push(("before: rl-gateway `memory://`", mem.child.id()));
+        servers.0.push(("before: rl-gateway Redis", red.child.id()));
+    }
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let nginx_version = Command::new(knob_str("NGINX", "/usr/sbin/nginx"))
         .arg("-v")
@@ -185,7 +220,7 @@ fn main() {
     );
     let part = |name: &str| parts.split(',').any(|p| p == name);
     runtime.block_on(async {
-        let contenders = [
+        let mut contenders = vec![
             ("upstream direct", upstream, "/x"),
             ("nginx `proxy_pass`", nginx, "/x"),
             ("rl-gateway, a route with no rule", mem.proxy, "/free"),
@@ -193,6 +228,17 @@ fn main() {
             ("rl-gateway, Redis", red.proxy, "/x"),
             ("rl-gateway, Redis, the rule global", global.proxy, "/x"),
         ];
+        if let Some(((_, mem), (_, red))) = &before {
+            contenders.extend([
+                (
+                    "before: rl-gateway, a route with no rule",
+                    mem.proxy,
+                    "/free",
+                ),
+                ("before: rl-gateway, `memory://`", mem.proxy, "/x"),
+                ("before: rl-gateway, Redis", red.proxy, "/x"),
+            ]);
+        }
         if part("proxy") {
             proxy(
                 &contenders,
@@ -204,8 +250,63 @@ fn main() {
             )
             .await;
         }
+        if part("syscalls") {
+            let (upstream_pid, nginx_pid, mem_pid, red_pid) = (
+                upstream_proc.child.id(),
+                nginx_proc.child.id(),
+                gw_mem.child.id(),
+                gw_redis.child.id(),
+            );
+            let traced = |name, addr, path, pid| syscalls::Traced {
+                name,
+                addr,
+                path,
+                pid,
+                upstream: upstream_pid,
+            };
+            let mut traced_ones = vec![
+                traced("nginx `proxy_pass`", nginx, "/x", nginx_pid),
+                traced(
+                    "rl-gateway, a route with no rule",
+                    mem.proxy,
+                    "/free",
+                    mem_pid,
+                ),
+                traced("rl-gateway, `memory://`", mem.proxy, "/x", mem_pid),
+                traced("rl-gateway, Redis", red.proxy, "/x", red_pid),
+            ];
+            if let Some(((mem_proc, mem), (red_proc, red))) = &before {
+                let (mem_pid, red_pid) = (mem_proc.child.id(), red_proc.child.id());
+                traced_ones.extend([
+                    traced(
+                        "before: rl-gateway, a route with no rule",
+                        mem.proxy,
+                        "/free",
+                        mem_pid,
+                    ),
+                    traced("before: rl-gateway, `memory://`", mem.proxy, "/x", mem_pid),
+                    traced("before: rl-gateway, Redis", red.proxy, "/x", red_pid),
+                ]);
+            }
+            syscalls::syscalls(&traced_ones, run, connections);
+            let mut rls = vec![
+                ("rl-gateway, `memory://`", mem.grpc, mem_pid),
+                ("rl-gateway, Redis", red.grpc, red_pid),
+            ];
+            if let Some((_, (red_proc, red))) = &before {
+                rls.push(("before: rl-gateway, Redis", red.grpc, red_proc.child.id()));
+            }
+            syscalls::rls_syscalls(&rls, server.pid().expect("the server runs"), rate, run);
+        }
         if part("rls") {
-            rls(&server, &servers, (&mem, &red), rounds, run, rate).await;
+            let mut gateways = vec![
+                ("rl-gateway, `memory://`", &mem),
+                ("rl-gateway, Redis", &red),
+            ];
+            if let Some((_, (_, red))) = &before {
+                gateways.push(("before: rl-gateway, Redis", red));
+            }
+            rls(&server, &servers, &gateways, rounds, run, rate).await;
         }
         if part("hot") {
             hot_key(
@@ -246,7 +347,14 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    drop((upstream_proc, nginx_proc, gw_mem, gw_redis, gw_global));
+    drop((
+        upstream_proc,
+        nginx_proc,
+        gw_mem,
+        gw_redis,
+        gw_global,
+        before,
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

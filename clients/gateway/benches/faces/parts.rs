@@ -152,7 +152,7 @@ pub(crate) async fn proxy(
 pub(crate) async fn rls(
     server: &Server,
     servers: &Servers,
-    (mem, red): (&Faces, &Faces),
+    gateways: &[(&'static str, &Faces)],
     rounds: usize,
     run: Duration,
     rate: u64,
@@ -165,7 +165,10 @@ pub(crate) async fn rls(
             .await
             .expect("a gRPC connection")
     };
-    let (mem_ch, red_ch) = (channel(mem.grpc).await, channel(red.grpc).await);
+    let mut channels = Vec::new();
+    for (name, faces) in gateways {
+        channels.push((*name, channel(faces.grpc).await));
+    }
     let client =
         redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).expect("a client");
     let conn = client
@@ -180,18 +183,9 @@ pub(crate) async fn rls(
             multi_call(conn.clone(), n),
             Series::default(),
         ));
-        series.push((
-            "rl-gateway, `memory://`",
-            n,
-            rls_call(mem_ch.clone(), n),
-            Series::default(),
-        ));
-        series.push((
-            "rl-gateway, Redis",
-            n,
-            rls_call(red_ch.clone(), n),
-            Series::default(),
-        ));
+        for (name, channel) in &channels {
+            series.push((name, n, rls_call(channel.clone(), n), Series::default()));
+        }
     }
     let trace = std::env::var_os("RLS_TRACE").is_some();
     // Warm-up, not counted.

@@ -380,8 +380,9 @@ pub(crate) struct Faces {
     pub(crate) admin: SocketAddr,
 }
 
-/// rl-gateway on `store` with `policy`, and `extra` flags.
+/// rl-gateway (`binary`) on `store` with `policy`, and `extra` flags.
 pub(crate) fn start_gateway(
+    binary: &Path,
     pin: &Pinning,
     (store, policy, extra): (&str, &str, &[&str]),
     upstream: SocketAddr,
@@ -392,7 +393,7 @@ pub(crate) fn start_gateway(
     std::fs::write(dir.join("rls.yaml"), rls_config()).expect("rls.yaml");
     let stderr = std::fs::File::create(dir.join(log)).expect("a log file");
     let child = pin
-        .server_command(env!("CARGO_BIN_EXE_rl-gateway"))
+        .server_command(binary)
         .arg("--policy")
         .arg(dir.join("policy.json"))
         .args(["--store", store, "--listen", "127.0.0.1:0", "--upstream"])
@@ -508,7 +509,7 @@ impl Servers {
     pub(crate) fn split(&self) -> (u64, u64) {
         let mut out = (0, 0);
         for ((name, _), t) in self.0.iter().zip(self.ticks()) {
-            if name.starts_with("rl-gateway") {
+            if name.contains("rl-gateway") {
                 out.0 += t;
             } else if *name == "Redis" {
                 out.1 += t;

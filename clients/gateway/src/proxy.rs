@@ -8,12 +8,13 @@
 
 mod upload;
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
-use axum::Router;
+use axum::extract::ConnectInfo;
 use http::header::{
     HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, PROXY_AUTHENTICATE,
     PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
@@ -29,6 +30,9 @@ use rl_engine::problem::{self, Problem};
 
 use redis_rl_client::gateway::ACTUAL_COST;
 use redis_rl_client::{Gateway, RateLimitLayer, RlConnection};
+use tower::{Service, ServiceBuilder};
+
+use crate::server::Peer;
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1), and
 /// `Proxy-*` ones meant for this hop; names made once, not parsed again for each request.
@@ -86,30 +90,38 @@ impl Upstream {
     }
 }
 
-/// The proxy face: the gateway's layer around the forwarding service.
-pub fn router<C: RlConnection + 'static>(
+/// The proxy face: the gateway's layer around the forwarding service, as a plain tower stack
+/// (every path goes to the one forwarder: no router to match, no boxed middleware).
+pub fn service<C: RlConnection + 'static>(
     gateway: Arc<Gateway<C>>,
     upstream: Arc<Upstream>,
-) -> Router {
-    Router::new()
-        .fallback(forward)
-        .with_state(upstream)
-        .layer(RateLimitLayer::new(gateway))
+) -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    ServiceBuilder::new()
         // Outside the layer, which reads it to settle: the caller never sees it.
-        .layer(axum::middleware::map_response(
-            |mut response: Response<Body>| async move {
-                response.headers_mut().remove(ACTUAL_COST);
-                response
-            },
-        ))
+        .map_response(|mut response: Response<Body>| {
+            response.headers_mut().remove(ACTUAL_COST);
+            response
+        })
+        .layer(RateLimitLayer::new(gateway))
+        .service_fn(move |request| {
+            let upstream = Arc::clone(&upstream);
+            async move { Ok::<_, Infallible>(forward(&upstream, request).await) }
+        })
 }
 
-async fn forward(
-    State(upstream): State<Arc<Upstream>>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
-    request: Request<Body>,
-) -> Response<Body> {
+async fn forward(upstream: &Upstream, request: Request<Body>) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
+    // The server puts the caller's address on every request.
+    let Some(ConnectInfo(peer)) = parts.extensions.get::<Peer>().copied() else {
+        return problem_response(problem::upstream_unreachable());
+    };
     // The path as the route matched it, so neither `/a/../admin`, `/%61dmin` nor
     // `/admin;x=1` can reach what `/admin`'s rules guard under another name; the layer answered
     // a path it refused (above the root, an encoded separator).

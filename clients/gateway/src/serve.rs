@@ -1,6 +1,7 @@
 //! Serving: the store connected, the policy loaded or followed, each face the flags ask for
 //! bound, reloads wired to `SIGHUP` and `POST /-/reload`, until `SIGTERM` and the drain.
 
+use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,6 +73,30 @@ pub async fn serve(args: Serve) -> Result<(), String> {
             faces(args, source, conn, ready).await
         }
     }
+}
+
+/// One HTTP face's server, a task of its own.
+fn spawn_http<S>(
+    listener: tokio::net::TcpListener,
+    app: S,
+    limits: Limits,
+    shutdown: server::Shutdown,
+) -> tokio::task::JoinHandle<Result<(), String>>
+where
+    S: tower::Service<
+            http::Request<axum::body::Body>,
+            Response = http::Response<axum::body::Body>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    tokio::spawn(async move {
+        server::serve(listener, app, limits, shutdown)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// Where `--policy` points: a file, or `store:KEY` in the store `--store` names.
@@ -150,32 +175,23 @@ async fn faces<C: RlConnection + 'static>(
         ..Limits::default()
     };
     let mut servers: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
-    let mut http = |listener, app| {
-        let serving = server::serve(listener, app, limits, shutdown.clone());
-        servers.push(tokio::spawn(async move {
-            serving.await.map_err(|e| e.to_string())
-        }));
-    };
     if let (Some((gateway, _)), Some(addr), Some(url)) =
         (&gateway, args.listen, args.upstream.as_deref())
     {
         let upstream = Arc::new(Upstream::new(url, args.upstream_timeout)?);
         let listener = bind(addr, "proxy").await?;
-        http(listener, proxy::router(Arc::clone(gateway), upstream));
+        let app = proxy::service(Arc::clone(gateway), upstream);
+        servers.push(spawn_http(listener, app, limits, shutdown.clone()));
     }
     if let (Some((gateway, _)), Some(addr)) = (&gateway, args.auth) {
         let listener = bind(addr, "auth").await?;
-        http(
-            listener,
-            auth::router(Arc::clone(gateway), args.auth_deny_status),
-        );
+        let app = auth::router(Arc::clone(gateway), args.auth_deny_status);
+        servers.push(spawn_http(listener, app, limits, shutdown.clone()));
     }
     if let Some(addr) = args.admin {
         let listener = bind(addr, "admin").await?;
-        http(
-            listener,
-            admin::router(Arc::clone(&metrics), Arc::clone(&reload), ready),
-        );
+        let app = admin::router(Arc::clone(&metrics), Arc::clone(&reload), ready);
+        servers.push(spawn_http(listener, app, limits, shutdown.clone()));
     }
     if let (Some((rls, _)), Some(addr)) = (&rls, args.grpc) {
         let listener = bind(addr, "grpc").await?;

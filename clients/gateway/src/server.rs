@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::Router;
-use http::Request;
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 /// Once the drain is cut, how long the gateway's answers to the requests still running (503)
 /// have to be written before their connections are closed.
@@ -66,12 +65,19 @@ pub async fn bind(addr: SocketAddr, face: &str) -> Result<TcpListener, String> {
 /// requests in flight finish until `shutdown.cut` does; then the answers being written get
 /// [`CUT_GRACE`] and every connection still open is closed (which ends what its request holds)
 /// before this returns.
-pub async fn serve(
+pub async fn serve<S>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     limits: Limits,
     mut shutdown: Shutdown,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     loop {
@@ -96,10 +102,7 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
             let app = app.clone();
-            async move {
-                let response = app.oneshot(request.map(Body::new)).await;
-                Ok::<_, Infallible>(response.unwrap_or_else(|e| match e {}))
-            }
+            async move { app.oneshot(request.map(Body::new)).await }
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())

@@ -108,6 +108,7 @@ fn a_decision_allocates_little() {
         counts.push(ALLOCATIONS.load(Ordering::Relaxed) - before);
     }
     eprintln!("allocations per decision: {counts:?}");
-    // 61 when every argument was a vector of its own; more than today's is a regression.
-    assert!(counts.iter().all(|&n| n <= 35), "{counts:?}");
+    // 61 when every argument was a vector of its own, 35 when RL.MULTI's rules were copied
+    // into `MultiRule`s; more than today's is a regression.
+    assert!(counts.iter().all(|&n| n <= 25), "{counts:?}");
 }

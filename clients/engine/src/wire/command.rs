@@ -77,7 +77,7 @@ impl Admit {
         let mut cmd = Args::new(command::ADMIT);
         cmd.arg(&self.key)
             .arg(self.limit)
-            .arg(duration_arg(self.period, "period")?);
+            .arg(DurationArg::of(self.period, "period")?);
         rule_options(&mut cmd, self.burst, self.cost, self.algo);
         if self.dry_run {
             cmd.arg(token::DRYRUN);
@@ -85,7 +85,7 @@ impl Admit {
         if let Some((id, keep)) = &self.reserve {
             cmd.arg(token::RESERVE).arg(id);
             if let Some(keep) = keep {
-                cmd.arg(token::KEEP).arg(duration_arg(*keep, "KEEP")?);
+                cmd.arg(token::KEEP).arg(DurationArg::of(*keep, "KEEP")?);
             }
         }
         deadline_arg(&mut cmd, self.deadline_ms);
@@ -181,17 +181,78 @@ impl Multi {
             cmd.arg(&rule.key);
         }
         for rule in &self.rules {
-            cmd.arg(token::RULE)
-                .arg(&rule.name)
-                .arg(rule.limit)
-                .arg(duration_arg(rule.period, "period")?);
-            rule_options(&mut cmd, rule.burst, rule.cost, rule.algo);
+            let clause = Clause {
+                name: RuleName(&rule.name, None),
+                limit: rule.limit,
+                period: rule.period,
+                burst: rule.burst,
+                cost: rule.cost,
+                algo: rule.algo,
+            };
+            clause.write(&mut cmd)?;
         }
         if self.dry_run {
             cmd.arg(token::DRYRUN);
         }
         deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
+    }
+}
+
+/// One `RULE` clause of `RL.MULTI` from borrowed parts: the engine writes its calls' clauses
+/// straight from its rules, where a [`MultiRule`] would own a copy of each name and key.
+pub(crate) struct Clause<'a> {
+    pub(crate) name: RuleName<'a>,
+    pub(crate) limit: u64,
+    pub(crate) period: Duration,
+    pub(crate) burst: Option<u64>,
+    pub(crate) cost: Option<u64>,
+    pub(crate) algo: Option<Algo>,
+}
+
+impl Clause<'_> {
+    pub(crate) fn write(&self, cmd: &mut Args) -> Result<(), Error> {
+        cmd.arg(token::RULE)
+            .arg(self.name)
+            .arg(self.limit)
+            .arg(DurationArg::of(self.period, "period")?);
+        rule_options(cmd, self.burst, self.cost, self.algo);
+        Ok(())
+    }
+}
+
+/// A rule's name in an `RL.MULTI`, with `#i` after it when given: names are unique in one
+/// call, and keyed checks may repeat a rule on other keys (the `i`th check is `name#i`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RuleName<'a>(pub(crate) &'a str, pub(crate) Option<usize>);
+
+impl RuleName<'_> {
+    /// Whether `text` is this name as written in the call (and so in its reply).
+    pub(crate) fn is(&self, text: &str) -> bool {
+        match self.1 {
+            None => self.0 == text,
+            Some(i) => text
+                .strip_prefix(self.0)
+                .and_then(|rest| rest.strip_prefix('#'))
+                .is_some_and(|digits| is_decimal(digits, i)),
+        }
+    }
+}
+
+/// Whether `digits` is `n` written in decimal, as [`super::ToArg`] writes it (no sign, no
+/// leading zero).
+fn is_decimal(digits: &str, n: usize) -> bool {
+    let canonical = digits == "0" || !digits.starts_with('0');
+    canonical && digits.bytes().all(|b| b.is_ascii_digit()) && digits.parse() == Ok(n)
+}
+
+impl super::ToArg for RuleName<'_> {
+    fn write_arg(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.0.as_bytes());
+        if let Some(i) = self.1 {
+            out.push(b'#');
+            super::decimal(u64::try_from(i).unwrap_or(u64::MAX), out);
+        }
     }
 }
 
@@ -250,11 +311,11 @@ impl Grant {
         let mut cmd = Args::new(command::GRANT);
         cmd.arg(&self.key)
             .arg(self.limit)
-            .arg(duration_arg(self.period, "period")?);
+            .arg(DurationArg::of(self.period, "period")?);
         rule_options(&mut cmd, self.burst, None, self.algo);
         cmd.arg(token::WANT).arg(self.want);
         if let Some(ttl) = self.ttl {
-            cmd.arg(token::TTL).arg(duration_arg(ttl, "TTL")?);
+            cmd.arg(token::TTL).arg(DurationArg::of(ttl, "TTL")?);
         }
         deadline_arg(&mut cmd, self.deadline_ms);
         Ok(cmd)
@@ -301,7 +362,7 @@ impl Acquire {
         let mut cmd = Args::new(command::ACQUIRE);
         cmd.arg(&self.key)
             .arg(self.capacity)
-            .arg(duration_arg(self.lease, "lease")?);
+            .arg(DurationArg::of(self.lease, "lease")?);
         if let Some(holder) = &self.holder {
             cmd.arg(token::ID).arg(holder);
         }
@@ -318,7 +379,9 @@ pub fn release(key: &[u8], holder: &[u8]) -> Args {
 
 pub fn renew(key: &[u8], holder: &[u8], lease: Duration) -> Result<Args, Error> {
     let mut cmd = Args::new(command::RENEW);
-    cmd.arg(key).arg(holder).arg(duration_arg(lease, "lease")?);
+    cmd.arg(key)
+        .arg(holder)
+        .arg(DurationArg::of(lease, "lease")?);
     Ok(cmd)
 }
 
@@ -366,26 +429,49 @@ fn rule_options(cmd: &mut Args, burst: Option<u64>, cost: Option<u64>, algo: Opt
 /// rounding a period silently changes the rate it means. Zero is sent as `0ms`, for the module
 /// to refuse with its own message.
 pub fn duration_arg(d: Duration, arg: &str) -> Result<String, Error> {
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        return Err(Error::InvalidRequest(format!(
-            "{arg} {d:?} is not a whole number of milliseconds, the module's finest unit"
-        )));
-    }
-    let ms = d.as_millis();
-    const UNITS: [(u128, &str); 4] = [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "m"),
-        (1_000, "s"),
-    ];
-    if ms > 0 {
-        for (scale, unit) in UNITS {
-            if ms.is_multiple_of(scale) {
-                return Ok(format!("{}{unit}", ms / scale));
+    let DurationArg(n, unit) = DurationArg::of(d, arg)?;
+    Ok(format!("{n}{unit}"))
+}
+
+/// A duration as the module reads it, a number and its unit, written straight onto a call's
+/// bytes: formatting it into a `String` first took an allocation per duration of every call.
+pub(crate) struct DurationArg(u128, &'static str);
+
+impl DurationArg {
+    /// See [`duration_arg`].
+    pub(crate) fn of(d: Duration, arg: &str) -> Result<DurationArg, Error> {
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::InvalidRequest(format!(
+                "{arg} {d:?} is not a whole number of milliseconds, the module's finest unit"
+            )));
+        }
+        let ms = d.as_millis();
+        const UNITS: [(u128, &str); 4] = [
+            (86_400_000, "d"),
+            (3_600_000, "h"),
+            (60_000, "m"),
+            (1_000, "s"),
+        ];
+        if ms > 0 {
+            for (scale, unit) in UNITS {
+                if ms.is_multiple_of(scale) {
+                    return Ok(DurationArg(ms / scale, unit));
+                }
             }
         }
+        Ok(DurationArg(ms, "ms"))
     }
-    Ok(format!("{ms}ms"))
+}
+
+impl super::ToArg for DurationArg {
+    fn write_arg(&self, out: &mut Vec<u8>) {
+        match u64::try_from(self.0) {
+            Ok(n) => super::decimal(n, out),
+            // Past u64 milliseconds (585 million years), which the module refuses anyway.
+            Err(_) => out.extend_from_slice(self.0.to_string().as_bytes()),
+        }
+        out.extend_from_slice(self.1.as_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -412,6 +498,10 @@ mod tests {
             (ms(0), "0ms"),
         ] {
             assert_eq!(duration_arg(d, "period").unwrap(), text);
+            // Written straight into a call, the same text.
+            let mut args = Args::new("X");
+            args.arg(DurationArg::of(d, "period").unwrap());
+            assert_eq!(args.get(1), Some(text.as_bytes()));
         }
         let e = duration_arg(Duration::from_micros(10), "period").unwrap_err();
         assert!(matches!(e, Error::InvalidRequest(ref m) if m.starts_with("period 10µs")));
@@ -455,6 +545,20 @@ mod tests {
             words(&cmd).join(" "),
             "RL.MULTI 2 {t}:u {t} RULE user 2 1s BURST 20 RULE tenant 1000 1m COST 2 ALGO window DRYRUN DEADLINE 7"
         );
+    }
+
+    #[test]
+    fn a_repeated_rule_is_named_with_its_index() {
+        let mut args = Args::new("X");
+        args.arg(RuleName("user", None)).arg(RuleName("user", Some(12)));
+        assert_eq!(words(&args).join(" "), "X user user#12");
+        assert!(RuleName("user", None).is("user"));
+        assert!(!RuleName("user", None).is("user#12"));
+        assert!(RuleName("user", Some(12)).is("user#12"));
+        for other in ["user", "user#012", "user#+12", "user#1", "user12", "use#12"] {
+            assert!(!RuleName("user", Some(12)).is(other), "{other}");
+        }
+        assert!(RuleName("a#1", Some(0)).is("a#1#0"));
     }
 
     #[test]

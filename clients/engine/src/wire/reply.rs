@@ -89,22 +89,32 @@ pub struct KeyInfo {
 /// A reply record: RESP2 values in the documented order, or a RESP3 map, read by field name.
 struct Record<'a> {
     what: &'static str,
-    fields: Vec<(&'a [u8], &'a Value)>,
+    fields: Fields<'a>,
+}
+
+/// A record's fields: a RESP2 array is read in place, by the position of a name in its order
+/// (no list built for each record of every reply); pairs (a map, `RL.INFO`'s flat list) are
+/// collected.
+enum Fields<'a> {
+    Ordered(&'static [&'static str], &'a [Value]),
+    Pairs(Vec<(&'a [u8], &'a Value)>),
 }
 
 impl<'a> Record<'a> {
     /// `names` is the RESP2 order.
-    fn new(value: &'a Value, names: &[&'static str], what: &'static str) -> Result<Self, Error> {
+    fn new(
+        value: &'a Value,
+        names: &'static [&'static str],
+        what: &'static str,
+    ) -> Result<Self, Error> {
         let fields = match value {
-            Value::Array(items) if items.len() == names.len() => names
-                .iter()
-                .map(|n| n.as_bytes())
-                .zip(items.iter())
-                .collect(),
-            Value::Map(pairs) => pairs
-                .iter()
-                .map(|(k, v)| Ok((text_bytes(k, what)?, v)))
-                .collect::<Result<_, Error>>()?,
+            Value::Array(items) if items.len() == names.len() => Fields::Ordered(names, items),
+            Value::Map(pairs) => Fields::Pairs(
+                pairs
+                    .iter()
+                    .map(|(k, v)| Ok((text_bytes(k, what)?, v)))
+                    .collect::<Result<_, Error>>()?,
+            ),
             other => return Err(unexpected(what, other)),
         };
         Ok(Record { what, fields })
@@ -126,14 +136,23 @@ impl<'a> Record<'a> {
                 .collect::<Result<_, Error>>()?,
             other => return Err(unexpected(what, other)),
         };
-        Ok(Record { what, fields })
+        Ok(Record {
+            what,
+            fields: Fields::Pairs(fields),
+        })
     }
 
     fn find(&self, name: &str) -> Option<&'a Value> {
-        self.fields
-            .iter()
-            .find(|(k, _)| *k == name.as_bytes())
-            .map(|(_, v)| *v)
+        match &self.fields {
+            Fields::Ordered(names, items) => {
+                let at = names.iter().position(|n| *n == name)?;
+                items.get(at)
+            }
+            Fields::Pairs(fields) => fields
+                .iter()
+                .find(|(k, _)| *k == name.as_bytes())
+                .map(|(_, v)| *v),
+        }
     }
 
     fn get(&self, name: &str) -> Result<&'a Value, Error> {

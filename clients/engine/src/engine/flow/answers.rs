@@ -117,8 +117,15 @@ impl Pending {
                     self.answer.refused.push((index, decided.retry_after_ms));
                 }
             }
-            Expect::Multi { names } => {
-                let check = |name: &str| names.iter().find(|(n, _)| n == name).map(|(_, i)| *i);
+            Expect::Multi { rules } => {
+                let check = |name: &str| {
+                    rules
+                        .iter()
+                        .find(|&&(i, renamed)| {
+                            super::calls::rule_name(ctx, i, renamed).is_some_and(|n| n.is(name))
+                        })
+                        .map(|(i, _)| *i)
+                };
                 let decided = reply::multi_decision(&reply)?;
                 for rule in &decided.rules {
                     if let Some(i) = check(&rule.name) {
@@ -136,12 +143,12 @@ impl Pending {
                 if decided.allowed {
                     // Only keyed checks read it back: no allocation on an HTTP request's path.
                     if ctx.checks {
-                        self.answer.spent.extend(names.iter().map(|(_, i)| *i));
+                        self.answer.spent.extend(rules.iter().map(|(i, _)| *i));
                     }
                 } else {
                     let by = decided.denied_by.as_deref().and_then(check);
                     // A refusal without a known rule is still a refusal: pin it on the first.
-                    let i = by.or_else(|| names.iter().map(|(_, i)| *i).min());
+                    let i = by.or_else(|| rules.iter().map(|(i, _)| *i).min());
                     self.answer
                         .refused
                         .push((i.unwrap_or_default(), decided.retry_after_ms));

@@ -3,12 +3,15 @@
 use std::time::Duration;
 
 use super::{Expect, Held, Pending, Phase, Taken};
+use crate::engine::ctx::Ctx;
 use crate::engine::{lock, Call, Chunk, Step};
 use crate::metrics::Event;
 use crate::policy::RuleKind;
 use crate::time::Instant;
-use crate::wire::command::{Acquire, Admit, Grant, Multi, MultiRule};
+use crate::wire::command::{Acquire, Admit, Clause, Grant, RuleName};
 use crate::wire::slot;
+use crate::wire::Args;
+use crate::wire::Error;
 
 impl Pending {
     /// A grant rule's turn: spend from its live chunk, or refill it, or wait for the refill
@@ -178,62 +181,50 @@ impl Pending {
             return Vec::new();
         };
         let by_slot = self.shared.options.cluster;
-        // Per slot: the rules, and the keyed check each stands for (a call's rules are few, so
-        // a list searched in order, not a map: no allocation beyond the two lists).
-        let mut groups: Vec<(u16, Vec<MultiRule>, Vec<usize>)> = Vec::new();
-        for (i, k) in ctx.keyed.iter().enumerate() {
-            let RuleKind::Rate(rate) = &k.rule.kind else {
-                continue;
-            };
-            if !k.rule.in_multi() || k.settles() || !k.spend {
-                continue;
-            }
-            let mut rule = MultiRule::new(
-                k.rule.name.clone(),
-                k.key.as_bytes(),
-                rate.rule.limit(),
-                Duration::from_micros(rate.rule.period_us()),
-            )
-            .algo(rate.algo)
-            .cost(k.cost);
-            if rate.burst_given {
-                rule = rule.burst(rate.rule.burst());
-            }
-            let s = if by_slot { slot(k.key.as_bytes()) } else { 0 };
-            let at = match groups.iter().position(|(x, _, _)| *x == s) {
-                Some(at) => at,
-                None => {
-                    groups.push((s, Vec::with_capacity(4), Vec::with_capacity(4)));
-                    groups.len().saturating_sub(1)
-                }
-            };
-            if let Some((_, rules, checks)) = groups.get_mut(at) {
-                // Names are unique in one call; keyed checks may repeat a rule on other keys.
-                if rules.iter().any(|r| r.name == rule.name) {
-                    rule.name = format!("{}#{i}", rule.name);
-                }
-                rules.push(rule);
-                checks.push(i);
-            }
-        }
+        // The rules that go in a call, each with its key's slot. A call's rules are few: its
+        // arguments are written straight from them, a slot's rules found by scanning this list
+        // (no map, no copy of a name or a key).
+        let members: Vec<(u16, usize)> = ctx
+            .keyed
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                matches!(k.rule.kind, RuleKind::Rate(_))
+                    && k.rule.in_multi()
+                    && !k.settles()
+                    && k.spend
+            })
+            .map(|(i, k)| (if by_slot { slot(k.key.as_bytes()) } else { 0 }, i))
+            .collect();
         let deadline_ms = deadline_ms(self.deadline, &ctx.policy);
-        let mut calls = Vec::with_capacity(groups.len());
-        for (_, rules, checks) in groups {
-            let Some(key) = rules.first().map(|r| r.key.clone()) else {
+        let mut calls = Vec::new();
+        for (at, &(s, _)) in members.iter().enumerate() {
+            // Each slot's call is written at its first rule.
+            let earlier = members.get(..at).unwrap_or_default();
+            if earlier.iter().any(|(x, _)| *x == s) {
+                continue;
+            }
+            let of_slot = || members.iter().filter(|(x, _)| *x == s).map(|(_, i)| *i);
+            // Each rule of the call, and whether its name took `#i`: names are unique in one
+            // call, keyed checks may repeat a rule on other keys.
+            let mut rules: Vec<(usize, bool)> = Vec::with_capacity(of_slot().count());
+            for i in of_slot() {
+                let name = ctx.keyed.get(i).map(|k| k.rule.name.as_str());
+                let taken = rules.iter().any(|&(j, renamed)| {
+                    let named = rule_name(ctx, j, renamed);
+                    name.is_some_and(|name| named.is_some_and(|n| n.is(name)))
+                });
+                rules.push((i, taken));
+            }
+            let Ok(args) = multi_args(ctx, &rules, deadline_ms) else {
                 continue;
             };
-            let multi = Multi::new(rules).deadline(deadline_ms);
-            let Ok(args) = multi.args() else {
+            let Some(k) = rules.first().and_then(|(i, _)| ctx.keyed.get(*i)) else {
                 continue;
             };
-            // The rules' names, moved rather than copied, are what the reply answers by.
-            let names = multi
-                .rules
-                .into_iter()
-                .map(|r| r.name)
-                .zip(checks)
-                .collect();
-            self.expect.push(Expect::Multi { names });
+            let key = k.key.clone().into_bytes();
+            // The reply answers by the names: each rule's is known again from its check.
+            self.expect.push(Expect::Multi { rules });
             calls.push(Call { args, key });
         }
         calls
@@ -311,6 +302,42 @@ fn deadline_ms(deadline: Instant, policy: &crate::policy::Policy) -> u64 {
         .saturating_add(policy.store.skew)
         .as_micros()
         .div_ceil(1000)
+}
+
+/// The name rule `index` has in an `RL.MULTI`: its rule's, with `#index` when `renamed`.
+pub(super) fn rule_name(ctx: &Ctx, index: usize, renamed: bool) -> Option<RuleName<'_>> {
+    let k = ctx.keyed.get(index)?;
+    Some(RuleName(&k.rule.name, renamed.then_some(index)))
+}
+
+/// `RL.MULTI numkeys key ... RULE ... DEADLINE` of the given rules (see [`Pending::multi`]),
+/// with the numbers each rule states for the request.
+fn multi_args(ctx: &Ctx, rules: &[(usize, bool)], deadline_ms: u64) -> Result<Args, Error> {
+    let keyed = || rules.iter().filter_map(|(i, _)| ctx.keyed.get(*i));
+    let mut cmd = Args::new(rl_core::protocol::command::MULTI);
+    cmd.arg(rules.len());
+    for k in keyed() {
+        cmd.arg(k.key.as_bytes());
+    }
+    for &(i, renamed) in rules {
+        let Some(k) = ctx.keyed.get(i) else {
+            continue;
+        };
+        let RuleKind::Rate(rate) = &k.rule.kind else {
+            continue;
+        };
+        let clause = Clause {
+            name: RuleName(&k.rule.name, renamed.then_some(i)),
+            limit: rate.rule.limit(),
+            period: Duration::from_micros(rate.rule.period_us()),
+            burst: rate.burst_given.then(|| rate.rule.burst()),
+            cost: Some(k.cost),
+            algo: Some(rate.algo),
+        };
+        clause.write(&mut cmd)?;
+    }
+    cmd.arg(rl_core::protocol::token::DEADLINE).arg(deadline_ms);
+    Ok(cmd)
 }
 
 /// `RL.ADMIT` of a rate rule on `key`, with the rule as the policy states it, for `cost` units.

@@ -93,8 +93,9 @@ enum Expect {
         index: usize,
     },
     Multi {
-        /// Each rule's name in the call, and the keyed check it stands for.
-        names: Vec<(String, usize)>,
+        /// The keyed check each rule of the call stands for, and whether its name there took
+        /// `#i` (see `calls::rule_name`).
+        rules: Vec<(usize, bool)>,
     },
     Shadow {
         index: usize,

@@ -145,7 +145,7 @@ impl Allocations {
         };
         let terms = global.terms(&rate.rule);
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = table.get_or_insert_mut(key.to_string(), || Entry {
+        let entry = table.get_or_insert_mut(key, || Entry {
             rule: rule.name.clone(),
             terms,
             period_us: rate.rule.period_us(),

@@ -28,7 +28,8 @@ pub struct NegativeCache {
     entries: Mutex<Table<Entry>>,
 }
 
-fn slot(rule: &str, key: &str) -> String {
+/// The slot of `rule` and `key`: the key of the negative cache, and of the chunks of grant rules.
+pub(crate) fn slot(rule: &str, key: &str) -> String {
     let mut slot = String::with_capacity(rule.len() + key.len() + 4);
     write_slot(&mut slot, rule, key);
     slot
@@ -52,6 +53,19 @@ fn push_decimal(out: &mut String, n: usize) {
 thread_local! {
     // Where a lookup's slot is written, so that checking a request allocates nothing.
     static SLOT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// `f` of the slot of `rule` and `key` (see [`slot`]), written in this thread's buffer, so that
+/// a lookup allocates nothing; in a buffer of its own if `f` itself looks up a slot.
+pub(crate) fn with_slot<R>(rule: &str, key: &str, f: impl FnOnce(&str) -> R) -> R {
+    SLOT.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut slot) => {
+            slot.clear();
+            write_slot(&mut slot, rule, key);
+            f(&slot)
+        }
+        Err(_) => f(&self::slot(rule, key)),
+    })
 }
 
 impl NegativeCache {
@@ -88,14 +102,11 @@ impl NegativeCache {
 
     /// The remaining wait if a request of `cost` units under `rule` on `key` is refused locally.
     pub fn check(&self, rule: &str, key: &str, cost: u64, now: Instant) -> Option<Duration> {
-        SLOT.with(|buffer| {
-            let mut slot = buffer.borrow_mut();
-            slot.clear();
-            write_slot(&mut slot, rule, key);
+        with_slot(rule, key, |slot| {
             let mut map = self.lock();
-            let entry = *map.get(slot.as_str())?;
+            let entry = *map.get(slot)?;
             if now >= entry.until {
-                map.pop(slot.as_str());
+                map.pop(slot);
                 return None;
             }
             (cost >= entry.cost).then(|| entry.until.duration_since(now))

@@ -38,8 +38,7 @@ impl Fallback {
     /// Decides `cost` units on `key` at `now`, spending them only when `spend` and admitted.
     pub fn decide(&self, key: &str, cost: u64, spend: bool, now: Instant) -> Decision {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let limiter =
-            keys.get_or_insert_mut(key.to_string(), || Limiter::new(Algo::Gcra, self.rule));
+        let limiter = keys.get_or_insert_mut(key, || Limiter::new(Algo::Gcra, self.rule));
         limiter
             .admit(Algo::Gcra, self.rule, cost, now.as_micros(), !spend)
             // The limiter was built with this very algorithm and rule, so the core has no

@@ -77,12 +77,13 @@ impl<V> Table<V> {
         self.lru.put(key, value);
     }
 
-    /// The entry under `key`, made the most recently used, inserted by `f` when absent.
-    pub(crate) fn get_or_insert_mut(&mut self, key: String, f: impl FnOnce() -> V) -> &mut V {
-        if !self.lru.contains(key.as_str()) {
-            self.make_room(&key);
+    /// The entry under `key`, made the most recently used, inserted by `f` when absent. The
+    /// key is copied only then: a lookup of an entry that is there allocates nothing.
+    pub(crate) fn get_or_insert_mut(&mut self, key: &str, f: impl FnOnce() -> V) -> &mut V {
+        if !self.lru.contains(key) {
+            self.make_room(key);
         }
-        self.lru.get_or_insert_mut(key, f)
+        self.lru.get_or_insert_mut_ref(key, f)
     }
 
     pub(crate) fn get<Q>(&mut self, key: &Q) -> Option<&V>
@@ -168,7 +169,7 @@ mod tests {
         assert_eq!((t.len(), t.usage().bytes), (2, 2 * cost));
         // A key as long as the budget still gets a place, alone.
         let huge = "z".repeat(3 * cost);
-        *t.get_or_insert_mut(huge.clone(), || 7) += 1;
+        *t.get_or_insert_mut(&huge, || 7) += 1;
         assert_eq!(t.len(), 1);
         assert_eq!(t.peek_mut(huge.as_str()).copied(), Some(8));
     }

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::verdict::{Verdict, VerdictKind};
 use crate::allocation::{Allocations, Enforce};
 use crate::headers::HeaderOutcome;
@@ -160,7 +162,8 @@ impl Ctx {
 pub(crate) struct Outcomes {
     /// The rules that refused: (index in the route, retry after in ms). Empty when admitted.
     pub(crate) refused: Vec<(usize, u64)>,
-    pub(crate) outcomes: Vec<(usize, HeaderOutcome)>,
+    /// Inline for the rules of most routes: every decision that reaches the store fills it.
+    pub(crate) outcomes: SmallVec<[(usize, HeaderOutcome); 4]>,
     pub(crate) shadow_refused: Vec<usize>,
     /// Shadow rules that would have admitted.
     pub(crate) shadow_admitted: Vec<usize>,

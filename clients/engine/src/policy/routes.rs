@@ -11,6 +11,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use smallvec::SmallVec;
+
 /// The longest template, in segments: deeper than any real API, and a bound on the tree.
 pub const MAX_SEGMENTS: usize = 32;
 
@@ -231,9 +233,13 @@ pub enum PathError {
 
 /// A request path without its query, matrix parameters, dot segments and empty segments.
 pub struct NormalPath<'a> {
-    pub segments: Vec<&'a str>,
+    /// Held inline up to `SEGMENTS`: a path is split for every request, and most are short.
+    pub segments: SmallVec<[&'a str; SEGMENTS]>,
     pub trailing: bool,
 }
+
+/// The segments of a path held without an allocation of their own.
+const SEGMENTS: usize = 8;
 
 impl<'a> NormalPath<'a> {
     /// Each segment loses its matrix parameters (what follows its first `;`), as Tomcat, Jetty
@@ -243,7 +249,7 @@ impl<'a> NormalPath<'a> {
     /// seen as well.
     pub fn of(path: &'a str) -> Result<NormalPath<'a>, PathError> {
         let path = path.split(['?', '#']).next().unwrap_or_default();
-        let mut segments: Vec<&str> = Vec::new();
+        let mut segments = SmallVec::new();
         let mut trailing = false;
         for piece in path.split('/') {
             let piece = piece.split(';').next().unwrap_or_default();

@@ -550,7 +550,8 @@ mod tests {
     #[test]
     fn a_repeated_rule_is_named_with_its_index() {
         let mut args = Args::new("X");
-        args.arg(RuleName("user", None)).arg(RuleName("user", Some(12)));
+        args.arg(RuleName("user", None))
+            .arg(RuleName("user", Some(12)));
         assert_eq!(words(&args).join(" "), "X user user#12");
         assert!(RuleName("user", None).is("user"));
         assert!(!RuleName("user", None).is("user#12"));

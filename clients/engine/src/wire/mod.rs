@@ -10,22 +10,28 @@ pub mod reply;
 use std::fmt;
 use std::sync::LazyLock;
 
+use smallvec::SmallVec;
+
 /// The arguments of one command, the command's name first: one buffer of their bytes and
-/// where each ends, so building a call allocates twice whatever its length (an argument per
+/// where each ends, so building a call allocates once whatever its length (an argument per
 /// `Vec` took one allocation each, about 30 for an `RL.MULTI` of two rules).
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Args {
     bytes: Vec<u8>,
-    ends: Vec<usize>,
+    /// Held inline up to `ENDS` arguments (a list of its own was a second allocation per call).
+    ends: SmallVec<[usize; ENDS]>,
 }
+
+/// The arguments most calls fit in: an `RL.MULTI` of two rules takes about 16.
+const ENDS: usize = 24;
 
 impl Args {
     pub fn new(name: &str) -> Args {
         // Room for most calls (an `RL.MULTI` of two rules takes about 16 arguments and 150
-        // bytes), so that building one does not grow either.
+        // bytes), so that building one does not grow it.
         let mut args = Args {
             bytes: Vec::with_capacity(256),
-            ends: Vec::with_capacity(24),
+            ends: SmallVec::new(),
         };
         args.arg(name);
         args

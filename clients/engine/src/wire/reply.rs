@@ -193,8 +193,8 @@ fn text_bytes<'a>(v: &'a Value, what: &'static str) -> Result<&'a [u8], Error> {
     }
 }
 
-fn text(v: &Value, what: &'static str) -> Result<String, Error> {
-    String::from_utf8(text_bytes(v, what)?.to_vec())
+fn text_str<'a>(v: &'a Value, what: &'static str) -> Result<&'a str, Error> {
+    std::str::from_utf8(text_bytes(v, what)?)
         .map_err(|_| Error::Unexpected(format!("{what}: a name that is not UTF-8")))
 }
 
@@ -230,30 +230,77 @@ pub fn decision(v: &Value) -> Result<Decision, Error> {
 }
 
 pub fn multi_decision(v: &Value) -> Result<MultiDecision, Error> {
-    no_error(v)?;
-    const WHAT: &str = command::MULTI;
-    let r = Record::new(v, &field::MULTI, WHAT)?;
-    let [allowed, denied_by, retry_after, rules] = field::MULTI;
-    let [name, remaining, reset_after] = field::MULTI_RULE;
-    let denied_by = match r.get(denied_by)? {
-        Value::Nil => None,
-        name => Some(text(name, WHAT)?),
-    };
-    let Value::Array(rules) = r.get(rules)? else {
-        return Err(unexpected(WHAT, v));
-    };
-    let rules = rules
-        .iter()
+    let view = multi_view(v)?;
+    let rules = view
+        .rules()
         .map(|rule| {
-            let r = Record::new(rule, &field::MULTI_RULE, WHAT)?;
-            Ok(RuleOutcome {
-                name: text(r.get(name)?, WHAT)?,
-                remaining: r.uint(remaining)?,
-                reset_after_ms: r.uint(reset_after)?,
+            rule.map(|r| RuleOutcome {
+                name: r.name.to_owned(),
+                remaining: r.remaining,
+                reset_after_ms: r.reset_after_ms,
             })
         })
         .collect::<Result<_, Error>>()?;
     Ok(MultiDecision {
+        allowed: view.allowed,
+        denied_by: view.denied_by.map(str::to_owned),
+        retry_after_ms: view.retry_after_ms,
+        rules,
+    })
+}
+
+/// `RL.MULTI`'s decision read in place: what the engine reads of every admission, without a
+/// copy of each rule's name or a list of its rules ([`multi_decision`] owns them).
+pub(crate) struct MultiView<'a> {
+    pub(crate) allowed: bool,
+    pub(crate) denied_by: Option<&'a str>,
+    pub(crate) retry_after_ms: u64,
+    rules: &'a [Value],
+}
+
+/// One rule of a [`MultiView`].
+pub(crate) struct RuleView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_ms: u64,
+}
+
+impl<'a> MultiView<'a> {
+    /// Its rules, in the reply's order (each was read once by [`multi_view`]: none fails).
+    pub(crate) fn rules(&self) -> impl Iterator<Item = Result<RuleView<'a>, Error>> + 'a {
+        self.rules.iter().map(rule_view)
+    }
+}
+
+fn rule_view(rule: &Value) -> Result<RuleView<'_>, Error> {
+    const WHAT: &str = command::MULTI;
+    let [name, remaining, reset_after] = field::MULTI_RULE;
+    let r = Record::new(rule, &field::MULTI_RULE, WHAT)?;
+    Ok(RuleView {
+        name: text_str(r.get(name)?, WHAT)?,
+        remaining: r.uint(remaining)?,
+        reset_after_ms: r.uint(reset_after)?,
+    })
+}
+
+/// See [`MultiView`]; fails as [`multi_decision`] does, on the first field it cannot read.
+pub(crate) fn multi_view(v: &Value) -> Result<MultiView<'_>, Error> {
+    no_error(v)?;
+    const WHAT: &str = command::MULTI;
+    let r = Record::new(v, &field::MULTI, WHAT)?;
+    let [allowed, denied_by, retry_after, rules] = field::MULTI;
+    let denied_by = match r.get(denied_by)? {
+        Value::Nil => None,
+        name => Some(text_str(name, WHAT)?),
+    };
+    let Value::Array(rules) = r.get(rules)? else {
+        return Err(unexpected(WHAT, v));
+    };
+    // Every rule read now, so that a reply is taken whole or refused whole.
+    for rule in rules {
+        rule_view(rule)?;
+    }
+    Ok(MultiView {
         allowed: r.flag(allowed)?,
         denied_by,
         retry_after_ms: r.uint(retry_after)?,

@@ -212,10 +212,13 @@ impl Engine {
     #[napi]
     pub fn routed(&self, method: String, path: String, case_insensitive: Option<bool>) -> bool {
         let path = rl_engine::policy::decode_unreserved(&path);
-        self.engine
+        // Bound before `path` goes: the route borrows the path's segments until it is dropped.
+        let routed = self
+            .engine
             .policy()
             .route(&method, &path, case_insensitive.unwrap_or(false))
-            .is_route()
+            .is_route();
+        routed
     }
 
     #[napi]

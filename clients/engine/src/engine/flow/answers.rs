@@ -27,7 +27,7 @@ impl Pending {
                 let granted = reply::grant(&reply);
                 let cost = ctx.rule_cost(index);
                 let mut chunks = lock(&self.shared.chunks);
-                let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
+                let chunk = chunks.get_or_insert_mut(&slot, Chunk::default);
                 chunk.refilling = None;
                 let granted = granted?;
                 self.refilled.push(index);
@@ -45,7 +45,7 @@ impl Pending {
                 } else {
                     chunk.tokens -= cost;
                     self.taken.push(Taken {
-                        slot,
+                        index,
                         generation: chunk.generation,
                         cost,
                     });
@@ -126,10 +126,12 @@ impl Pending {
                         })
                         .map(|(i, _)| *i)
                 };
-                let decided = reply::multi_decision(&reply)?;
-                for rule in &decided.rules {
-                    if let Some(i) = check(&rule.name) {
-                        let refusing = decided.denied_by.as_deref() == Some(rule.name.as_str());
+                // Read in place: the rules' names are only compared with the call's.
+                let decided = reply::multi_view(&reply)?;
+                // Every rule was read by `multi_view`: none fails here.
+                for rule in decided.rules().flatten() {
+                    if let Some(i) = check(rule.name) {
+                        let refusing = decided.denied_by == Some(rule.name);
                         self.answer.outcomes.push((
                             i,
                             HeaderOutcome {
@@ -146,7 +148,7 @@ impl Pending {
                         self.answer.spent.extend(rules.iter().map(|(i, _)| *i));
                     }
                 } else {
-                    let by = decided.denied_by.as_deref().and_then(check);
+                    let by = decided.denied_by.and_then(check);
                     // A refusal without a known rule is still a refusal: pin it on the first.
                     let i = by.or_else(|| rules.iter().map(|(i, _)| *i).min());
                     self.answer

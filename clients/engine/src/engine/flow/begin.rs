@@ -46,7 +46,7 @@ impl Pending {
             deadline: now.saturating_add(timeout),
             phase: Phase::Done,
             expect: Vec::new(),
-            taken: Vec::new(),
+            taken: smallvec::SmallVec::new(),
             refilled: Vec::new(),
             held: Vec::new(),
             reserved: Vec::new(),

@@ -24,14 +24,15 @@ impl Pending {
         };
         let grant = rate.grant.filter(|_| !k.rule.shadow && k.spend)?;
         let cost = k.cost;
-        let slot = format!("{}:{}{}", k.rule.name.len(), k.rule.name, k.key);
         let mut chunks = lock(&self.shared.chunks);
-        let chunk = chunks.get_or_insert_mut(slot.clone(), Chunk::default);
+        let chunk = crate::cache::with_slot(&k.rule.name, &k.key, |slot| {
+            chunks.get_or_insert_mut(slot, Chunk::default)
+        });
         let live = chunk.until.is_some_and(|until| now < until);
         if live && chunk.tokens >= cost {
             chunk.tokens -= cost;
             self.taken.push(Taken {
-                slot,
+                index,
                 generation: chunk.generation,
                 cost,
             });
@@ -79,6 +80,7 @@ impl Pending {
         self.shared
             .metrics
             .record(Event::GrantRefill { rule: &k.rule.name });
+        let slot = crate::cache::slot(&k.rule.name, &k.key);
         self.expect.push(Expect::Grant { index, slot });
         // After the refill this same rule spends from the new chunk.
         self.phase = Phase::Grant(index + 1);
@@ -182,39 +184,38 @@ impl Pending {
         };
         let by_slot = self.shared.options.cluster;
         // The rules that go in a call, each with its key's slot. A call's rules are few: its
-        // arguments are written straight from them, a slot's rules found by scanning this list
-        // (no map, no copy of a name or a key).
-        let members: Vec<(u16, usize)> = ctx
-            .keyed
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| {
-                matches!(k.rule.kind, RuleKind::Rate(_))
-                    && k.rule.in_multi()
-                    && !k.settles()
-                    && k.spend
-            })
-            .map(|(i, k)| (if by_slot { slot(k.key.as_bytes()) } else { 0 }, i))
-            .collect();
+        // arguments are written straight from them, a slot's rules found by walking them again
+        // (no list or map of them, no copy of a name or a key).
+        let members = || {
+            ctx.keyed
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| {
+                    matches!(k.rule.kind, RuleKind::Rate(_))
+                        && k.rule.in_multi()
+                        && !k.settles()
+                        && k.spend
+                })
+                .map(|(i, k)| (if by_slot { slot(k.key.as_bytes()) } else { 0 }, i))
+        };
         let deadline_ms = deadline_ms(self.deadline, &ctx.policy);
         let mut calls = Vec::new();
-        for (at, &(s, _)) in members.iter().enumerate() {
+        for (at, (s, _)) in members().enumerate() {
             // Each slot's call is written at its first rule.
-            let earlier = members.get(..at).unwrap_or_default();
-            if earlier.iter().any(|(x, _)| *x == s) {
+            if members().take(at).any(|(x, _)| x == s) {
                 continue;
             }
-            let of_slot = || members.iter().filter(|(x, _)| *x == s).map(|(_, i)| *i);
+            let of_slot = || members().filter(|(x, _)| *x == s).map(|(_, i)| i);
             // Each rule of the call, and whether its name took `#i`: names are unique in one
             // call, keyed checks may repeat a rule on other keys.
             let mut rules: Vec<(usize, bool)> = Vec::with_capacity(of_slot().count());
             for i in of_slot() {
                 let name = ctx.keyed.get(i).map(|k| k.rule.name.as_str());
-                let taken = rules.iter().any(|&(j, renamed)| {
+                let repeated = rules.iter().any(|&(j, renamed)| {
                     let named = rule_name(ctx, j, renamed);
                     name.is_some_and(|name| named.is_some_and(|n| n.is(name)))
                 });
-                rules.push((i, taken));
+                rules.push((i, repeated));
             }
             let Ok(args) = multi_args(ctx, &rules, deadline_ms) else {
                 continue;

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::checks::{self, CheckOutcome, CheckSource};
 use super::ctx::{Before, Ctx, Outcomes, Refusal};
 use super::verdict::{LogLevel, LogRecord, Verdict, VerdictKind};
@@ -257,7 +259,8 @@ impl Shared {
         ctx: &Ctx,
         outcomes: &[(usize, HeaderOutcome)],
     ) -> Vec<(&'static str, String)> {
-        let mut shown: Vec<(usize, &headers::Prepared, &HeaderOutcome)> = outcomes
+        // Inline for most routes' rules: every admission renders them.
+        let mut shown: SmallVec<[(usize, &headers::Prepared, &HeaderOutcome); 4]> = outcomes
             .iter()
             .filter_map(|(i, o)| {
                 let k = ctx.keyed.get(*i)?;

@@ -4,6 +4,7 @@
 use super::{Error, Reply as Value};
 use rl_core::protocol::{command, field};
 use rl_core::rule::Algo;
+use smallvec::SmallVec;
 
 /// `RL.ADMIT`'s decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,15 +233,14 @@ pub fn decision(v: &Value) -> Result<Decision, Error> {
 pub fn multi_decision(v: &Value) -> Result<MultiDecision, Error> {
     let view = multi_view(v)?;
     let rules = view
-        .rules()
-        .map(|rule| {
-            rule.map(|r| RuleOutcome {
-                name: r.name.to_owned(),
-                remaining: r.remaining,
-                reset_after_ms: r.reset_after_ms,
-            })
+        .rules
+        .iter()
+        .map(|r| RuleOutcome {
+            name: r.name.to_owned(),
+            remaining: r.remaining,
+            reset_after_ms: r.reset_after_ms,
         })
-        .collect::<Result<_, Error>>()?;
+        .collect();
     Ok(MultiDecision {
         allowed: view.allowed,
         denied_by: view.denied_by.map(str::to_owned),
@@ -250,12 +250,12 @@ pub fn multi_decision(v: &Value) -> Result<MultiDecision, Error> {
 }
 
 /// `RL.MULTI`'s decision read in place: what the engine reads of every admission, without a
-/// copy of each rule's name or a list of its rules ([`multi_decision`] owns them).
+/// copy of each rule's name ([`multi_decision`] owns them), its rules held inline up to 4.
 pub(crate) struct MultiView<'a> {
     pub(crate) allowed: bool,
     pub(crate) denied_by: Option<&'a str>,
     pub(crate) retry_after_ms: u64,
-    rules: &'a [Value],
+    pub(crate) rules: SmallVec<[RuleView<'a>; 4]>,
 }
 
 /// One rule of a [`MultiView`].
@@ -263,13 +263,6 @@ pub(crate) struct RuleView<'a> {
     pub(crate) name: &'a str,
     pub(crate) remaining: u64,
     pub(crate) reset_after_ms: u64,
-}
-
-impl<'a> MultiView<'a> {
-    /// Its rules, in the reply's order (each was read once by [`multi_view`]: none fails).
-    pub(crate) fn rules(&self) -> impl Iterator<Item = Result<RuleView<'a>, Error>> + 'a {
-        self.rules.iter().map(rule_view)
-    }
 }
 
 fn rule_view(rule: &Value) -> Result<RuleView<'_>, Error> {
@@ -297,9 +290,7 @@ pub(crate) fn multi_view(v: &Value) -> Result<MultiView<'_>, Error> {
         return Err(unexpected(WHAT, v));
     };
     // Every rule read now, so that a reply is taken whole or refused whole.
-    for rule in rules {
-        rule_view(rule)?;
-    }
+    let rules = rules.iter().map(rule_view).collect::<Result<_, Error>>()?;
     Ok(MultiView {
         allowed: r.flag(allowed)?,
         denied_by,

@@ -128,8 +128,7 @@ impl Pending {
                 };
                 // Read in place: the rules' names are only compared with the call's.
                 let decided = reply::multi_view(&reply)?;
-                // Every rule was read by `multi_view`: none fails here.
-                for rule in decided.rules().flatten() {
+                for rule in &decided.rules {
                     if let Some(i) = check(rule.name) {
                         let refusing = decided.denied_by == Some(rule.name);
                         self.answer.outcomes.push((

@@ -117,24 +117,8 @@ fn write_ratelimit_item(out: &mut String, rule: &Prepared, outcome: &HeaderOutco
     push_decimal(out, reset_seconds(outcome));
 }
 
-/// `n` in decimal, by hand: `write!` cost about 500 instructions an item, on every admission.
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at = at.saturating_sub(1);
-        if let Some(d) = digits.get_mut(at) {
-            // n % 10 < 10: the cast cannot truncate.
-            *d = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    for &d in digits.get(at..).unwrap_or_default() {
-        out.push(char::from(d));
-    }
+fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(crate::wire::decimal_digits(n, &mut [0; 20]));
 }
 
 /// Every header for the rules of one decision, in rule order (the caller leaves out rules

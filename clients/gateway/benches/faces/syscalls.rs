@@ -60,15 +60,7 @@ pub(crate) fn rls_syscalls(
         "\n### System calls per `ShouldRateLimit` (one descriptor, open loop at {rate}/s, {} s each)\n",
         run.as_secs()
     );
-    let head: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
-    println!(
-        "| service | requests | {} | other | all | switches: voluntary / involuntary | CPU µs: user / system | store: calls, CPU µs |",
-        head.join(" | ")
-    );
-    println!(
-        "|---|---:|{}---:|---:|---:|---:|---:|",
-        "---:|".repeat(head.len())
-    );
+    table_head("service", "store");
     let hz = clock_ticks_per_second();
     for (name, grpc, pid) in gateways {
         let grpc = *grpc;
@@ -84,6 +76,20 @@ pub(crate) fn rls_syscalls(
         });
         row(name, &counts, requests, hz);
     }
+}
+
+/// The head of a table of [`row`]s: `first` names the column of names, `behind` the process
+/// counted apart.
+fn table_head(first: &str, behind: &str) {
+    let head: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
+    println!(
+        "| {first} | requests | {} | other | all | switches: voluntary / involuntary | CPU µs: user / system | {behind}: calls, CPU µs |",
+        head.join(" | ")
+    );
+    println!(
+        "|---|---:|{}---:|---:|---:|---:|---:|",
+        "---:|".repeat(head.len())
+    );
 }
 
 fn row(name: &str, counts: &[Vec<(String, u64)>], requests: u64, hz: f64) {
@@ -237,15 +243,7 @@ pub(crate) fn syscalls(traced: &[Traced], run: Duration, connections: usize) {
         "\n### System calls per proxied request ({connections} connections back to back, {} s each, `perf stat` on the kernel's tracepoints)\n",
         run.as_secs()
     );
-    let head: Vec<&str> = COLUMNS.iter().map(|(n, _)| *n).collect();
-    println!(
-        "| proxy | requests | {} | other | all | switches: voluntary / involuntary | CPU µs: user / system | upstream: calls, CPU µs |",
-        head.join(" | ")
-    );
-    println!(
-        "|---|---:|{}---:|---:|---:|---:|---:|",
-        "---:|".repeat(head.len())
-    );
+    table_head("proxy", "upstream");
     let hz = clock_ticks_per_second();
     for t in traced {
         let mut proxy = vec![t.pid];

@@ -28,6 +28,11 @@ fn policy() -> serde_json::Value {
 }
 
 fn start(upstream: &str, extra: &[&str]) -> Gateway {
+    start_by(Gateway::start, upstream, extra)
+}
+
+/// The same gateway, started by `launch` (as is, or pinned to one CPU).
+fn start_by(launch: fn(&[&str]) -> Gateway, upstream: &str, extra: &[&str]) -> Gateway {
     let file = policy_file(&policy());
     let mut args = vec![
         "--policy",
@@ -40,7 +45,7 @@ fn start(upstream: &str, extra: &[&str]) -> Gateway {
         upstream,
     ];
     args.extend_from_slice(extra);
-    Gateway::start(&args)
+    launch(&args)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -94,17 +99,7 @@ async fn requests_are_decided_then_forwarded_with_the_matched_path_and_their_hea
 #[tokio::test(flavor = "multi_thread")]
 async fn on_one_cpu_the_gateway_runs_one_thread_and_answers_the_same() {
     let (up, seen) = upstream().await;
-    let file = policy_file(&policy());
-    let gw = Gateway::start_on_one_cpu(&[
-        "--policy",
-        file.to_str().unwrap(),
-        "--store",
-        "memory://",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-    ]);
+    let gw = start_by(Gateway::start_on_one_cpu, &up, &[]);
     let client = reqwest::Client::new();
     let post = |bytes: usize| {
         client

@@ -7,6 +7,7 @@
 
 pub mod concurrency;
 pub mod connect;
+mod deadlines;
 pub mod layer;
 mod leases;
 pub mod published;
@@ -18,6 +19,7 @@ pub use rl_engine::engine::{Check, CheckOutcome, CheckSource};
 pub use rl_engine::engine::{ACTUAL_COST, IDEMPOTENCY_KEY, RETRY_AFTER};
 pub use rl_engine::{Caller, Request, Verdict, VerdictKind};
 
+use deadlines::Deadlines;
 use tasks::Tasks;
 
 use std::path::{Path, PathBuf};
@@ -134,6 +136,8 @@ pub struct Gateway<C: RlConnection + 'static> {
     next_durable: AtomicUsize,
     // What its requests send in the background, for `drain`.
     tasks: Tasks,
+    // The store calls' deadlines, swept by one task.
+    deadlines: Deadlines,
     // Turned true by `cut`.
     cut: watch::Sender<bool>,
 }
@@ -165,6 +169,7 @@ impl<C: RlConnection + 'static> Gateway<C> {
             durable: Vec::new(),
             next_durable: AtomicUsize::new(0),
             tasks: Tasks::default(),
+            deadlines: Deadlines::default(),
             cut: watch::Sender::new(false),
         }
     }
@@ -328,7 +333,8 @@ impl<C: RlConnection + 'static> Gateway<C> {
                     step = pending.resume(&self.engine, Vec::new());
                 }
                 Step::Calls { calls, deadline } => {
-                    let answers = send_all(&self.engine, rl, &calls, deadline).await;
+                    let answers =
+                        send_all(&self.engine, &self.deadlines, rl, &calls, deadline).await;
                     step = pending.resume(&self.engine, answers);
                 }
             }
@@ -379,6 +385,7 @@ impl<C: RlConnection + 'static> Drop for Abandon<'_, C> {
 /// not the store's failure.
 async fn send_all<C: RlConnection>(
     engine: &Engine,
+    deadlines: &Deadlines,
     rl: &Rl<C>,
     calls: &[Call],
     deadline: rl_engine::Instant,
@@ -391,7 +398,12 @@ async fn send_all<C: RlConnection>(
     };
     let at = tokio_instant(deadline);
     let window = at.saturating_duration_since(tokio::time::Instant::now());
-    if tokio::time::timeout_at(at, sending).await.is_err() {
+    let timed_out = tokio::select! {
+        biased;
+        () = sending => false,
+        () = deadlines.at(at) => true,
+    };
+    if timed_out {
         // The timer's own lateness: it began after the calls were sent.
         let late = tokio::time::Instant::now().saturating_duration_since(at);
         if let Answer::Overloaded = engine.missed(window, late) {

@@ -1,0 +1,248 @@
+//! The store calls' deadlines, with no timer armed per call.
+//!
+//! tokio wakes its own driver (a `write` to its eventfd, and one more event for `epoll_wait` to
+//! read) whenever a timer is armed sooner than the driver's next wake. A store call's deadline,
+//! milliseconds away, is sooner than every other timer a gateway keeps, so a timer per call
+//! cost each decided request those two system calls. Here one sweeper task sleeps until the
+//! soonest deadline it was told of, wakes the calls past theirs, and sleeps again until the
+//! soonest of those still waiting. A call whose deadline is not sooner than the sweeper's
+//! (every call of a steady stream while one sleep is pending: they all get the same timeout)
+//! arms nothing; the sweeper is re-armed at most once per deadline's length.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// One gateway's deadlines; dropped, its sweeper ends.
+#[derive(Default)]
+pub(crate) struct Deadlines(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    // Told when a deadline comes sooner than the one the sweeper sleeps for, or on close.
+    sooner: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    // The calls waiting, by deadline; an entry leaves when its call ends or its deadline passes,
+    // so there are never more than the calls in flight.
+    waiting: BTreeMap<(Instant, u64), Waker>,
+    next_id: u64,
+    // When the sweeper looks next: never later than the soonest deadline waiting.
+    armed: Option<Instant>,
+    sweeper: Option<JoinHandle<()>>,
+    closed: bool,
+    // How often a deadline came sooner than the sweeper's (what the tests bound).
+    #[cfg(test)]
+    sooner: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding it leaves the map whole (every change is one call).
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// Wakes the calls whose deadline has passed; the sweeper looks next at the soonest left.
+    fn wake_past(&mut self, now: Instant) {
+        while let Some(entry) = self.waiting.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            entry.remove().wake();
+        }
+        self.armed = self.waiting.first_key_value().map(|((at, _), _)| *at);
+    }
+}
+
+impl Deadlines {
+    /// Resolves at `at` (or at once, if it has passed).
+    pub(crate) fn at(&self, at: Instant) -> Expiry<'_> {
+        Expiry {
+            shared: &self.0,
+            at,
+            id: None,
+        }
+    }
+}
+
+impl Drop for Deadlines {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.sooner.notify_one();
+    }
+}
+
+/// Sleeps until the soonest deadline waiting, wakes those past, again; ends on close.
+async fn sweep(shared: Arc<Shared>) {
+    let sleep = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(sleep);
+    let mut set = None;
+    loop {
+        let sooner = shared.sooner.notified();
+        let armed = {
+            let mut state = shared.lock();
+            if state.closed {
+                return;
+            }
+            state.wake_past(Instant::now());
+            state.armed
+        };
+        let Some(at) = armed else {
+            sooner.await;
+            continue;
+        };
+        if set != Some(at) {
+            sleep.as_mut().reset(at);
+            set = Some(at);
+        }
+        tokio::select! {
+            () = sooner => {}
+            () = &mut sleep => {}
+        }
+    }
+}
+
+/// A deadline being waited for; dropped (the call answered first), it is forgotten.
+pub(crate) struct Expiry<'a> {
+    shared: &'a Arc<Shared>,
+    at: Instant,
+    id: Option<u64>,
+}
+
+impl Future for Expiry<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if Instant::now() >= this.at {
+            this.forget();
+            return Poll::Ready(());
+        }
+        let mut state = this.shared.lock();
+        if let Some(id) = this.id {
+            if let Some(waker) = state.waiting.get_mut(&(this.at, id)) {
+                waker.clone_from(cx.waker());
+            }
+            return Poll::Pending;
+        }
+        let id = state.next_id;
+        state.next_id = id.wrapping_add(1);
+        state.waiting.insert((this.at, id), cx.waker().clone());
+        this.id = Some(id);
+        if state.armed.is_none_or(|armed| this.at < armed) {
+            state.armed = Some(this.at);
+            #[cfg(test)]
+            {
+                state.sooner += 1;
+            }
+            this.shared.sooner.notify_one();
+        }
+        // Started on the first deadline, and again if its runtime has gone since.
+        if state.sweeper.as_ref().is_none_or(JoinHandle::is_finished) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                state.sweeper = Some(runtime.spawn(sweep(Arc::clone(this.shared))));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Expiry<'_> {
+    fn forget(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.shared.lock().waiting.remove(&(self.at, id));
+        }
+    }
+}
+
+impl Drop for Expiry<'_> {
+    fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn each_deadline_resolves_at_its_time_in_any_order() {
+        let deadlines = Deadlines::default();
+        let start = Instant::now();
+        let mut ends = Vec::new();
+        // Registered later-first and sooner-first: each sooner one re-arms the sweeper.
+        for ms in [30u64, 10, 20, 10, 50] {
+            let deadlines = &deadlines;
+            ends.push(async move {
+                deadlines.at(start + Duration::from_millis(ms)).await;
+                (ms, start.elapsed())
+            });
+        }
+        let ended = futures_util::future::join_all(ends).await;
+        for (ms, elapsed) in ended {
+            assert_eq!(elapsed, Duration::from_millis(ms), "deadline {ms} ms");
+        }
+        assert!(deadlines.0.lock().waiting.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_past_resolves_at_once_and_holds_no_entry() {
+        let deadlines = Deadlines::default();
+        let start = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        deadlines.at(start).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(5));
+        assert!(deadlines.0.lock().waiting.is_empty());
+        assert!(deadlines.0.lock().sweeper.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_answered_first_leaves_nothing_waiting() {
+        let deadlines = Deadlines::default();
+        let start = Instant::now();
+        for _ in 0..100 {
+            let answered = tokio::time::sleep(Duration::from_millis(1));
+            tokio::select! {
+                biased;
+                () = answered => {}
+                () = deadlines.at(Instant::now() + Duration::from_millis(10)) => panic!("timed out"),
+            }
+        }
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        let state = deadlines.0.lock();
+        assert!(state.waiting.is_empty());
+        // A hundred calls 1 ms apart, each with 10 ms to go: the sweeper was told of a sooner
+        // deadline at most once per 10 ms, not once per call (here once: each time it woke, a
+        // call was waiting, and it slept again until that one's deadline).
+        assert!((1..=10).contains(&state.sooner), "{}", state.sooner);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropped_the_sweeper_ends() {
+        let deadlines = Deadlines::default();
+        deadlines
+            .at(Instant::now() + Duration::from_millis(1))
+            .await;
+        let sweeper = deadlines.0.lock().sweeper.take();
+        let Some(sweeper) = sweeper else {
+            panic!("no sweeper was started");
+        };
+        drop(deadlines);
+        let ended = tokio::time::timeout(Duration::from_secs(1), sweeper).await;
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    }
+}

@@ -99,11 +99,12 @@ pub fn parse_duration(
     if number.is_empty() {
         return Err(Error::BadDuration(arg));
     }
-    let range = Error::DurationRange { arg, max: max_text };
-    let n = parse_u64(number, arg).map_err(|_| range.clone())?;
+    // The error is built only when needed: building and dropping it costs every call.
+    let range = || Error::DurationRange { arg, max: max_text };
+    let n = parse_u64(number, arg).map_err(|_| range())?;
     match n.checked_mul(scale) {
         Some(us) if us >= MS && us <= max_us => Ok(us),
-        _ => Err(range),
+        _ => Err(range()),
     }
 }
 

@@ -33,6 +33,18 @@ pub fn ticks_to_us(rule: &Rule, ticks: i128) -> u64 {
     u64::try_from(us).unwrap_or(u64::MAX)
 }
 
+/// The whole tokens in `level` ticks (0 when negative), in 64-bit arithmetic when it fits.
+fn whole_tokens(level: i128, rule: &Rule) -> u64 {
+    let Ok(level) = u128::try_from(level) else {
+        return 0;
+    };
+    let token = rule.period_us();
+    match u64::try_from(level) {
+        Ok(l) => l.checked_div(token).unwrap_or(0),
+        Err(_) => u64::try_from(level / u128::from(token).max(1)).unwrap_or(0),
+    }
+}
+
 /// Decides a request of `cost` units against `level` ticks. Returns the decision and the level
 /// after it (unchanged when refused).
 pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
@@ -47,7 +59,7 @@ pub fn decide(rule: &Rule, level: i128, cost: u64) -> (Decision, i128) {
     };
     let decision = Decision {
         allowed,
-        remaining: u64::try_from(after.max(0) / token(rule)).unwrap_or(0),
+        remaining: whole_tokens(after, rule),
         retry_after_us,
         reset_after_us: ticks_to_us(rule, cap - after),
         capacity: rule.burst(),

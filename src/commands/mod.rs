@@ -155,13 +155,21 @@ pub unsafe fn dispatch(
         Ok(n) if !argv.is_null() => std::slice::from_raw_parts(argv, n),
         _ => &[],
     };
-    let args = argv.iter().map(|&s| bytes_of(s)).collect();
-    let call = Call {
+    // Built in place (collecting into a vector and moving it into the `Call` copies the whole
+    // inline array), with the API function read once rather than once per argument.
+    let mut call = Call {
         ctx,
         argv,
-        args,
+        args: SmallVec::new(),
         batch: RefCell::new(None),
     };
+    // SAFETY: reading an API pointer Redis filled in before OnLoad.
+    if let Some(ptr_len) = unsafe { raw::RedisModule_StringPtrLen } {
+        call.args.reserve(argv.len());
+        for &s in argv {
+            call.args.push(bytes_of(ptr_len, s));
+        }
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| body(&call)));
     let reply = call.reply();
     match outcome {
@@ -178,15 +186,23 @@ pub unsafe fn dispatch(
     raw::Status::Ok as c_int
 }
 
+/// `RedisModule_StringPtrLen`.
+type PtrLen =
+    unsafe extern "C" fn(*const raw::RedisModuleString, *mut usize) -> *const std::ffi::c_char;
+
 /// The bytes of a Redis string, borrowed for the duration of the call.
-fn bytes_of<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
+#[inline]
+fn bytes_of<'a>(ptr_len: PtrLen, s: *mut raw::RedisModuleString) -> &'a [u8] {
     let mut len = 0;
-    let ptr = raw::string_ptr_len(s, &mut len);
-    if ptr.is_null() {
-        return &[];
+    // SAFETY: `s` is one of the command's arguments; Redis keeps argv strings alive for the
+    // whole command call.
+    unsafe {
+        let ptr = ptr_len(s, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast(), len)
     }
-    // SAFETY: Redis keeps argv strings alive for the whole command call.
-    unsafe { std::slice::from_raw_parts(ptr.cast(), len) }
 }
 
 /// The C callback Redis calls for one command.

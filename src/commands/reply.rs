@@ -65,8 +65,38 @@ impl Reply {
         raw::reply_with_array(self.ctx, c_long::try_from(n).unwrap_or(0));
     }
 
-    /// A whole record of integer fields.
+    /// A whole record of integer fields: the same replies as [`Reply::record`] and
+    /// [`Record::field`] give, through the API functions read once.
     pub fn int_record(&self, fields: &[(&str, i64)]) {
+        let len = c_long::try_from(fields.len()).unwrap_or(0);
+        // SAFETY: reading API pointers Redis filled in before OnLoad, then calling them with
+        // the running command's context; every name is a valid buffer of its length.
+        unsafe {
+            let (Some(array), Some(map), Some(int), Some(buffer)) = (
+                raw::RedisModule_ReplyWithArray,
+                raw::RedisModule_ReplyWithMap,
+                raw::RedisModule_ReplyWithLongLong,
+                raw::RedisModule_ReplyWithStringBuffer,
+            ) else {
+                return self.int_record_slowly(fields);
+            };
+            if self.resp3() {
+                map(self.ctx, len);
+                for &(name, v) in fields {
+                    buffer(self.ctx, name.as_ptr().cast(), name.len());
+                    int(self.ctx, v);
+                }
+            } else {
+                array(self.ctx, len);
+                for &(_, v) in fields {
+                    int(self.ctx, v);
+                }
+            }
+        }
+    }
+
+    /// [`Reply::int_record`] through the crate's wrappers (for a server missing a function).
+    fn int_record_slowly(&self, fields: &[(&str, i64)]) {
         let record = self.record(fields.len());
         for &(name, v) in fields {
             record.field(name, Value::Int(v));

@@ -7,11 +7,15 @@
 //! soonest deadline it was told of, wakes the calls past theirs, and sleeps again until the
 //! soonest of those still waiting. A call whose deadline is not sooner than the sweeper's
 //! (every call of a steady stream while one sleep is pending: they all get the same timeout)
-//! arms nothing; the sweeper is re-armed at most once per deadline's length.
+//! arms nothing; the sweeper is re-armed at most once per deadline's length. The deadlines are
+//! kept in shards, one per CPU, each thread using its own, so that the calls of a runtime's
+//! workers do not all take one lock.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -19,9 +23,26 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// One gateway's deadlines; dropped, its sweeper ends.
-#[derive(Default)]
-pub(crate) struct Deadlines(Arc<Shared>);
+/// One gateway's deadlines; dropped, its sweepers end.
+pub(crate) struct Deadlines(Box<[Arc<Shared>]>);
+
+/// Shards at most: beyond this many CPUs, threads share them.
+const MAX_SHARDS: usize = 64;
+
+/// Each thread's shard, in turn as threads first ask.
+fn shard_of_this_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+    SHARD.with(|shard| {
+        shard.get().unwrap_or_else(|| {
+            let next = NEXT.fetch_add(1, Ordering::Relaxed);
+            shard.set(Some(next));
+            next
+        })
+    })
+}
 
 #[derive(Default)]
 struct Shared {
@@ -67,11 +88,23 @@ impl State {
     }
 }
 
+impl Default for Deadlines {
+    fn default() -> Deadlines {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        Deadlines::with_shards(cpus.clamp(1, MAX_SHARDS))
+    }
+}
+
 impl Deadlines {
+    fn with_shards(shards: usize) -> Deadlines {
+        Deadlines((0..shards.max(1)).map(|_| Arc::default()).collect())
+    }
+
     /// Resolves at `at` (or at once, if it has passed).
     pub(crate) fn at(&self, at: Instant) -> Expiry<'_> {
+        let shard = shard_of_this_thread() % self.0.len().max(1);
         Expiry {
-            shared: &self.0,
+            shared: self.0.get(shard),
             at,
             id: None,
         }
@@ -80,8 +113,10 @@ impl Deadlines {
 
 impl Drop for Deadlines {
     fn drop(&mut self) {
-        self.0.lock().closed = true;
-        self.0.sooner.notify_one();
+        for shared in &self.0 {
+            shared.lock().closed = true;
+            shared.sooner.notify_one();
+        }
     }
 }
 
@@ -117,7 +152,8 @@ async fn sweep(shared: Arc<Shared>) {
 
 /// A deadline being waited for; dropped (the call answered first), it is forgotten.
 pub(crate) struct Expiry<'a> {
-    shared: &'a Arc<Shared>,
+    // Always a shard (a gateway has at least one).
+    shared: Option<&'a Arc<Shared>>,
     at: Instant,
     id: Option<u64>,
 }
@@ -127,11 +163,14 @@ impl Future for Expiry<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
+        let Some(shared) = this.shared else {
+            return Poll::Ready(());
+        };
         if Instant::now() >= this.at {
             this.forget();
             return Poll::Ready(());
         }
-        let mut state = this.shared.lock();
+        let mut state = shared.lock();
         if let Some(id) = this.id {
             if let Some(waker) = state.waiting.get_mut(&(this.at, id)) {
                 waker.clone_from(cx.waker());
@@ -148,12 +187,12 @@ impl Future for Expiry<'_> {
             {
                 state.sooner += 1;
             }
-            this.shared.sooner.notify_one();
+            shared.sooner.notify_one();
         }
         // Started on the first deadline, and again if its runtime has gone since.
         if state.sweeper.as_ref().is_none_or(JoinHandle::is_finished) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                state.sweeper = Some(runtime.spawn(sweep(Arc::clone(this.shared))));
+                state.sweeper = Some(runtime.spawn(sweep(Arc::clone(shared))));
             }
         }
         Poll::Pending
@@ -162,8 +201,8 @@ impl Future for Expiry<'_> {
 
 impl Expiry<'_> {
     fn forget(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.shared.lock().waiting.remove(&(self.at, id));
+        if let (Some(id), Some(shared)) = (self.id.take(), self.shared) {
+            shared.lock().waiting.remove(&(self.at, id));
         }
     }
 }
@@ -179,9 +218,16 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn state(deadlines: &Deadlines) -> MutexGuard<'_, State> {
+        match deadlines.0.first() {
+            Some(shared) => shared.lock(),
+            None => panic!("no shard"),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn each_deadline_resolves_at_its_time_in_any_order() {
-        let deadlines = Deadlines::default();
+        let deadlines = Deadlines::with_shards(1);
         let start = Instant::now();
         let mut ends = Vec::new();
         // Registered later-first and sooner-first: each sooner one re-arms the sweeper.
@@ -196,23 +242,23 @@ mod tests {
         for (ms, elapsed) in ended {
             assert_eq!(elapsed, Duration::from_millis(ms), "deadline {ms} ms");
         }
-        assert!(deadlines.0.lock().waiting.is_empty());
+        assert!(state(&deadlines).waiting.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_deadline_past_resolves_at_once_and_holds_no_entry() {
-        let deadlines = Deadlines::default();
+        let deadlines = Deadlines::with_shards(1);
         let start = Instant::now();
         tokio::time::advance(Duration::from_millis(5)).await;
         deadlines.at(start).await;
         assert_eq!(start.elapsed(), Duration::from_millis(5));
-        assert!(deadlines.0.lock().waiting.is_empty());
-        assert!(deadlines.0.lock().sweeper.is_none());
+        assert!(state(&deadlines).waiting.is_empty());
+        assert!(state(&deadlines).sweeper.is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_call_answered_first_leaves_nothing_waiting() {
-        let deadlines = Deadlines::default();
+        let deadlines = Deadlines::with_shards(1);
         let start = Instant::now();
         for _ in 0..100 {
             let answered = tokio::time::sleep(Duration::from_millis(1));
@@ -223,26 +269,49 @@ mod tests {
             }
         }
         assert_eq!(start.elapsed(), Duration::from_millis(100));
-        let state = deadlines.0.lock();
-        assert!(state.waiting.is_empty());
+        let swept = state(&deadlines);
+        assert!(swept.waiting.is_empty());
         // A hundred calls 1 ms apart, each with 10 ms to go: the sweeper was told of a sooner
         // deadline at most once per 10 ms, not once per call (here once: each time it woke, a
         // call was waiting, and it slept again until that one's deadline).
-        assert!((1..=10).contains(&state.sooner), "{}", state.sooner);
+        assert!((1..=10).contains(&swept.sooner), "{}", swept.sooner);
     }
 
     #[tokio::test(start_paused = true)]
     async fn dropped_the_sweeper_ends() {
-        let deadlines = Deadlines::default();
+        let deadlines = Deadlines::with_shards(1);
         deadlines
             .at(Instant::now() + Duration::from_millis(1))
             .await;
-        let sweeper = deadlines.0.lock().sweeper.take();
+        let sweeper = state(&deadlines).sweeper.take();
         let Some(sweeper) = sweeper else {
             panic!("no sweeper was started");
         };
         drop(deadlines);
         let ended = tokio::time::timeout(Duration::from_secs(1), sweeper).await;
         assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_many_workers_every_deadline_resolves_once_past() {
+        let deadlines = Arc::new(Deadlines::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200u64 {
+            let deadlines = Arc::clone(&deadlines);
+            tasks.spawn(async move {
+                let at = Instant::now() + Duration::from_millis(1 + i % 20);
+                deadlines.at(at).await;
+                Instant::now() >= at
+            });
+        }
+        let all = tokio::time::timeout(Duration::from_secs(10), tasks.join_all()).await;
+        let Ok(past) = all else {
+            panic!("a deadline never resolved");
+        };
+        assert_eq!(past.len(), 200);
+        assert!(past.iter().all(|&p| p));
+        for shared in deadlines.0.iter() {
+            assert!(shared.lock().waiting.is_empty());
+        }
     }
 }

@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// One gateway's deadlines; dropped, its sweepers end.
 pub(crate) struct Deadlines(Box<[Arc<Shared>]>);
@@ -59,7 +60,8 @@ struct State {
     next_id: u64,
     // When the sweeper looks next: never later than the soonest deadline waiting.
     armed: Option<Instant>,
-    sweeper: Option<JoinHandle<()>>,
+    // The sweeper, and the runtime it runs on.
+    sweeper: Option<(JoinHandle<()>, RuntimeId)>,
     closed: bool,
     // How often a deadline came sooner than the sweeper's (what the tests bound).
     #[cfg(test)]
@@ -107,6 +109,7 @@ impl Deadlines {
             shared: self.0.get(shard),
             at,
             id: None,
+            timer: None,
         }
     }
 }
@@ -156,6 +159,8 @@ pub(crate) struct Expiry<'a> {
     shared: Option<&'a Arc<Shared>>,
     at: Instant,
     id: Option<u64>,
+    // A timer of its own, for a call on another runtime than the sweeper's.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Future for Expiry<'_> {
@@ -163,6 +168,9 @@ impl Future for Expiry<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
+        if let Some(timer) = this.timer.as_mut() {
+            return timer.as_mut().poll(cx);
+        }
         let Some(shared) = this.shared else {
             return Poll::Ready(());
         };
@@ -177,6 +185,28 @@ impl Future for Expiry<'_> {
             }
             return Poll::Pending;
         }
+        // Outside a runtime no call is sent either: nothing to wait for.
+        let Ok(runtime) = Handle::try_current() else {
+            return Poll::Ready(());
+        };
+        // Started on the first deadline, and again if its runtime has gone since.
+        let swept_here = match &state.sweeper {
+            Some((sweeper, on)) if !sweeper.is_finished() => *on == runtime.id(),
+            _ => {
+                let sweeper = runtime.spawn(sweep(Arc::clone(shared)));
+                state.sweeper = Some((sweeper, runtime.id()));
+                true
+            }
+        };
+        if !swept_here {
+            // A gateway shared by runtimes: the sweeper's may not be running now (a runtime
+            // between two `block_on`s), so this call keeps a timer of its own.
+            drop(state);
+            let timer = this
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(this.at)));
+            return timer.as_mut().poll(cx);
+        }
         let id = state.next_id;
         state.next_id = id.wrapping_add(1);
         state.waiting.insert((this.at, id), cx.waker().clone());
@@ -188,12 +218,6 @@ impl Future for Expiry<'_> {
                 state.sooner += 1;
             }
             shared.sooner.notify_one();
-        }
-        // Started on the first deadline, and again if its runtime has gone since.
-        if state.sweeper.as_ref().is_none_or(JoinHandle::is_finished) {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                state.sweeper = Some(runtime.spawn(sweep(Arc::clone(shared))));
-            }
         }
         Poll::Pending
     }
@@ -284,7 +308,7 @@ mod tests {
             .at(Instant::now() + Duration::from_millis(1))
             .await;
         let sweeper = state(&deadlines).sweeper.take();
-        let Some(sweeper) = sweeper else {
+        let Some((sweeper, _)) = sweeper else {
             panic!("no sweeper was started");
         };
         drop(deadlines);
@@ -300,18 +324,45 @@ mod tests {
             let deadlines = Arc::clone(&deadlines);
             tasks.spawn(async move {
                 let at = Instant::now() + Duration::from_millis(1 + i % 20);
-                deadlines.at(at).await;
-                Instant::now() >= at
+                // Polled after the deadline, it resolves: only its own wake-up counts here.
+                tokio::select! {
+                    biased;
+                    () = tokio::time::sleep(Duration::from_secs(5)) => false,
+                    () = deadlines.at(at) => Instant::now() >= at,
+                }
             });
         }
-        let all = tokio::time::timeout(Duration::from_secs(10), tasks.join_all()).await;
-        let Ok(past) = all else {
-            panic!("a deadline never resolved");
-        };
+        let past = tasks.join_all().await;
         assert_eq!(past.len(), 200);
         assert!(past.iter().all(|&p| p));
         for shared in deadlines.0.iter() {
             assert!(shared.lock().waiting.is_empty());
         }
+    }
+
+    #[test]
+    fn a_call_on_another_runtime_than_the_sweepers_is_still_timed() {
+        let deadlines = Deadlines::with_shards(1);
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+        };
+        let (Ok(first), Ok(second)) = (runtime(), runtime()) else {
+            panic!("no runtime");
+        };
+        // The sweeper starts on the first runtime, which then runs nothing.
+        first.block_on(deadlines.at(Instant::now() + Duration::from_millis(1)));
+        let timed = second.block_on(async {
+            let at = Instant::now() + Duration::from_millis(5);
+            // Polled after the deadline, it resolves: only its own wake-up counts here.
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep(Duration::from_secs(2)) => false,
+                () = deadlines.at(at) => Instant::now() >= at,
+            }
+        });
+        assert!(timed);
+        assert!(state(&deadlines).waiting.is_empty());
     }
 }

@@ -65,7 +65,7 @@ struct State {
     closed: bool,
     // How often a deadline came sooner than the sweeper's (what the tests bound).
     #[cfg(test)]
-    sooner: u64,
+    told_sooner: u64,
 }
 
 impl Shared {
@@ -215,7 +215,7 @@ impl Future for Expiry<'_> {
             state.armed = Some(this.at);
             #[cfg(test)]
             {
-                state.sooner += 1;
+                state.told_sooner += 1;
             }
             shared.sooner.notify_one();
         }
@@ -298,7 +298,11 @@ mod tests {
         // A hundred calls 1 ms apart, each with 10 ms to go: the sweeper was told of a sooner
         // deadline at most once per 10 ms, not once per call (here once: each time it woke, a
         // call was waiting, and it slept again until that one's deadline).
-        assert!((1..=10).contains(&swept.sooner), "{}", swept.sooner);
+        assert!(
+            (1..=10).contains(&swept.told_sooner),
+            "{}",
+            swept.told_sooner
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -136,7 +136,7 @@ pub struct Gateway<C: RlConnection + 'static> {
     next_durable: AtomicUsize,
     // What its requests send in the background, for `drain`.
     tasks: Tasks,
-    // The store calls' deadlines, swept by one task.
+    // The store calls' deadlines, swept by one task per CPU.
     deadlines: Deadlines,
     // Turned true by `cut`.
     cut: watch::Sender<bool>,
